@@ -1,0 +1,277 @@
+package redlock
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	mrand "math/rand/v2"
+	"strconv"
+	"time"
+)
+
+// Acquire takes the lock on key, waiting up to o.Wait while it is busy. It returns:
+//   - a *Lock when a quorum granted it with validity left;
+//   - a *BusyError (errors.Is ErrBusy) when the wait ran out while someone else held it;
+//   - an *UnavailableError (errors.Is ErrUnavailable) when fewer than a quorum of nodes
+//     answered at all in two rounds in a row (one retry rides out a blip; waiting longer
+//     does not make dead nodes come back, so this does not use up the wait);
+//   - ctx.Err() when ctx ended first. Nothing stays locked in any of the failure cases.
+func (c *Client) Acquire(ctx context.Context, key string, o AcquireOptions) (*Lock, error) {
+	if err := validateKey(key); err != nil {
+		return nil, err
+	}
+	if c.closed.Load() {
+		return nil, ErrClosed
+	}
+	ttl := o.TTL
+	if ttl == 0 {
+		ttl = c.opt.TTL
+	}
+	if err := validateTTL(ttl, c.opt.DriftFactor); err != nil {
+		return nil, err
+	}
+	if o.Wait < 0 {
+		return nil, fmt.Errorf("redlock: wait must be >= 0, got %v", o.Wait)
+	}
+	c.noteTTL(ttl)
+	start := time.Now()
+	waitCtx, cancel := context.WithDeadline(ctx, start.Add(o.Wait))
+	defer cancel()
+
+	busy := func(attempts int, retryAfter time.Duration) error {
+		return &BusyError{Key: key, Attempts: attempts, Waited: time.Since(start), RetryAfter: retryAfter}
+	}
+	// Local line first: only one waiter per key per process contends in Redis.
+	q, err := c.queues.turn(waitCtx, key)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, busy(0, 0)
+	}
+	l, err := c.contend(ctx, waitCtx, q, key, ttl, o.Fencing, start, busy)
+	if err != nil {
+		c.queues.done(q)
+		return nil, err
+	}
+	return l, nil
+}
+
+// contend is the head-of-line loop: try, and while busy wait for a release notice or a
+// jittered delay, until the wait runs out.
+func (c *Client) contend(ctx, waitCtx context.Context, q *keyQueue, key string, ttl time.Duration, fencing bool,
+	start time.Time, busy func(int, time.Duration) error) (*Lock, error) {
+	nm := c.names(key)
+	owner := rand.Text() + ":" // 130 random bits: values must be unguessable (they allow release)
+	var w *watch
+	unavailable := 0
+	for attempt := 1; ; attempt++ {
+		value := owner + strconv.Itoa(attempt)
+		res := c.tryOnce(ctx, nm, owner, value, ttl, fencing)
+		if res.validity > 0 {
+			l := &Lock{c: c, nm: nm, key: key, value: value, ttl: ttl, token: res.token, fencing: fencing,
+				acquiredAt: start, attempts: attempt, q: q}
+			l.start(res.roundStart, res.validity)
+			c.register(l)
+			return l, nil
+		}
+		if res.unavailable != nil {
+			// One more round after a delay rides out a blip (a reconnect, a slow moment);
+			// a second one in a row means the nodes are down: say so now rather than wait.
+			unavailable++
+			if unavailable > 1 || waitCtx.Err() != nil {
+				res.unavailable.Key = key
+				return nil, res.unavailable
+			}
+			t := time.NewTimer(c.retryDelay())
+			select {
+			case <-t.C:
+			case <-waitCtx.Done():
+			}
+			t.Stop()
+			continue
+		}
+		unavailable = 0
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		if waitCtx.Err() != nil {
+			return nil, busy(attempt, res.minPTTL)
+		}
+		if w == nil {
+			// Subscribe before the next try, and make sure enough nodes confirmed, so a
+			// release between that try and our sleep cannot go unnoticed.
+			w = c.queues.ensureWatch(q, c.notices, nm.channel)
+			t := time.NewTimer(c.opt.NodeTimeout)
+			select {
+			case <-w.ready:
+			case <-t.C:
+			case <-waitCtx.Done():
+			}
+			t.Stop()
+			continue
+		}
+		delay := c.retryDelay()
+		if res.minPTTL > 0 && res.minPTTL < delay {
+			delay = res.minPTTL // the holder's key expires sooner than our next try
+		}
+		t := time.NewTimer(delay)
+		select {
+		case <-w.C:
+		case <-t.C:
+		case <-waitCtx.Done():
+		}
+		t.Stop()
+	}
+}
+
+func (c *Client) retryDelay() time.Duration {
+	lo, hi := c.opt.RetryDelayMin, c.opt.RetryDelayMax
+	if hi <= lo {
+		return lo
+	}
+	return lo + mrand.N(hi-lo)
+}
+
+func (c *Client) noteTTL(ttl time.Duration) {
+	for {
+		cur := c.maxTTL.Load()
+		if int64(ttl) <= cur || c.maxTTL.CompareAndSwap(cur, int64(ttl)) {
+			return
+		}
+	}
+}
+
+type attemptResult struct {
+	validity    time.Duration // > 0: acquired
+	roundStart  time.Time     // when the winning round began: validity counts from here
+	token       int64
+	unavailable *UnavailableError
+	minPTTL     time.Duration // smallest remaining ttl of the holder's key among busy replies
+}
+
+type nodeReply struct {
+	idx   int
+	ok    bool
+	busy  bool
+	token int64
+	pttl  time.Duration
+	err   error
+}
+
+// tryOnce is one Redlock round: SET on all nodes at once, quorum and validity check,
+// fencing commit, and on failure a release on every node that may hold our value.
+func (c *Client) tryOnce(ctx context.Context, nm names, owner, value string, ttl time.Duration, fencing bool) attemptResult {
+	start := time.Now()
+	n := len(c.nodes)
+	replies := make(chan nodeReply, n) // buffered: stragglers finish on their own timeout, never leak
+	argv := []any{value, ttl.Milliseconds(), owner, boolArg(fencing), fencingCounterTTL.Milliseconds()}
+	for i, nd := range c.nodes {
+		if until := nd.quarantinedUntil(start); !until.IsZero() {
+			replies <- nodeReply{idx: i, err: quarantinedErr{until}}
+			continue
+		}
+		go func() {
+			cctx, cancel := context.WithTimeout(ctx, c.opt.NodeTimeout)
+			defer cancel()
+			t0 := time.Now()
+			r, err := acquireScript.Run(cctx, nd.client, []string{nm.lock, nm.counter}, argv...).Int64Slice()
+			nd.record("acquire", time.Since(t0), err)
+			rep := nodeReply{idx: i, err: err}
+			if err == nil {
+				if len(r) != 2 {
+					rep.err = fmt.Errorf("unexpected acquire reply %v", r)
+				} else if r[0] == 1 {
+					rep.ok, rep.token = true, r[1]
+				} else {
+					rep.busy, rep.pttl = true, time.Duration(r[1])*time.Millisecond
+				}
+			}
+			replies <- rep
+		}()
+	}
+
+	var (
+		granted  []int
+		token    int64
+		nbusy    int
+		errs     []NodeError
+		answered = make([]bool, n) // a definitive "busy" means our value is not there
+		res      attemptResult
+	)
+	for received := 0; received < n; received++ {
+		r := <-replies
+		switch {
+		case r.ok:
+			granted = append(granted, r.idx)
+			token = max(token, r.token)
+		case r.busy:
+			nbusy++
+			answered[r.idx] = true
+			if r.pttl > 0 && (res.minPTTL == 0 || r.pttl < res.minPTTL) {
+				res.minPTTL = r.pttl
+			}
+		default:
+			errs = append(errs, NodeError{Node: c.nodes[r.idx].addr, Err: r.err})
+		}
+		// Stop as soon as the outcome is known: a paused node must not hold us up.
+		if len(granted) >= c.quorum || nbusy+len(errs) > n-c.quorum {
+			break
+		}
+	}
+
+	if len(granted) >= c.quorum {
+		validity := ttl - time.Since(start) - drift(ttl, c.opt.DriftFactor)
+		if validity > 0 && fencing {
+			if err := c.commitToken(ctx, nm, value, token); err != nil {
+				errs = append(errs, NodeError{Node: "commit", Err: err})
+				validity = 0
+			} else {
+				validity = ttl - time.Since(start) - drift(ttl, c.opt.DriftFactor)
+			}
+		}
+		if validity > 0 {
+			res.validity, res.roundStart, res.token = validity, start, token
+			return res
+		}
+	}
+	c.releaseAsync(nm, value, answered)
+	// Unavailable: fewer than a quorum of nodes answered at all (busy counts as an answer).
+	if len(granted)+nbusy < c.quorum && len(errs) > n-c.quorum {
+		res.unavailable = &UnavailableError{Quorum: c.quorum, Nodes: errs}
+	}
+	return res
+}
+
+// commitToken raises the fencing counter to token on a majority while we hold the key
+// there (doc.go explains why this makes later tokens larger).
+func (c *Client) commitToken(ctx context.Context, nm names, value string, token int64) error {
+	argv := []any{value, token, fencingCounterTTL.Milliseconds()}
+	ok, _, errs := c.onAll(ctx, "commit", nil, func(cctx context.Context, nd *node) (bool, error) {
+		r, err := commitScript.Run(cctx, nd.client, []string{nm.lock, nm.counter}, argv...).Int64()
+		return r == 1, err
+	}, c.quorum)
+	if ok < c.quorum {
+		return fmt.Errorf("fencing token committed on %d of %d nodes, need %d: %w", ok, len(c.nodes), c.quorum, errors.Join(errs...))
+	}
+	return nil
+}
+
+// releaseAsync cleans up after a failed round on every node that may hold our value,
+// without making the caller wait. Safe to race with our next round: that one writes a
+// new value, and release compares the full value.
+func (c *Client) releaseAsync(nm names, value string, skip []bool) {
+	c.goBackground(func() {
+		ctx, cancel := context.WithTimeout(c.ctx, c.opt.NodeTimeout)
+		defer cancel()
+		c.releaseOnNodes(ctx, nm, value, skip)
+	})
+}
+
+func boolArg(b bool) string {
+	if b {
+		return "1"
+	}
+	return "0"
+}

@@ -1,0 +1,180 @@
+package redlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.uber.org/zap"
+)
+
+// Client takes Redlocks on N independent Redis masters. It is safe for concurrent use;
+// one Client per node set per process is the intended use (it owns the connections, the
+// release-notice subscriptions, the local wait queues and the health checks).
+type Client struct {
+	opt    Options
+	nodes  []*node
+	quorum int
+	maxTTL atomic.Int64 // largest ttl used, for the restart quarantine
+
+	queues  *queues
+	notices *notifier
+
+	heldMu sync.Mutex
+	held   map[string]*Lock // by key; the local queue admits one holder per key
+
+	ctx      context.Context // cancelled by Close: ends health checks and subscribers
+	cancel   context.CancelFunc
+	bg       sync.WaitGroup // every goroutine the client starts
+	bgMu     sync.RWMutex   // orders goroutine starts against Close
+	closed   atomic.Bool
+	warnings []string
+
+	sameServerWarned atomic.Bool
+}
+
+// New connects to the given nodes (redis://, rediss:// or host:port; user, password and db
+// in the URL). It does not wait for the nodes to answer: unreachable nodes show as down
+// and a lock needs a quorum of them.
+func New(urls []string, opt Options) (*Client, error) {
+	if len(urls) == 0 {
+		return nil, errors.New("redlock: at least one node URL is required")
+	}
+	if err := opt.Validate(); err != nil {
+		return nil, err
+	}
+	opt = opt.withDefaults()
+	c := &Client{opt: opt, quorum: len(urls)/2 + 1, held: map[string]*Lock{}}
+	c.maxTTL.Store(int64(opt.TTL))
+	c.ctx, c.cancel = context.WithCancel(context.Background())
+	seen := map[string]bool{}
+	for _, u := range urls {
+		n, err := newNode(c, u)
+		if err != nil {
+			c.closeNodes()
+			return nil, err
+		}
+		if seen[n.addr] {
+			c.warnings = append(c.warnings, fmt.Sprintf("node %s is listed more than once: it counts as several votes, which defeats the quorum", n.addr))
+		}
+		seen[n.addr] = true
+		c.nodes = append(c.nodes, n)
+	}
+	if len(c.nodes)%2 == 0 {
+		c.warnings = append(c.warnings, fmt.Sprintf("%d nodes: an even count tolerates no more failures than %d nodes; use an odd count", len(c.nodes), len(c.nodes)-1))
+	}
+	c.queues = newQueues()
+	c.notices = newNotifier(c)
+	if opt.HealthInterval > 0 {
+		for _, n := range c.nodes {
+			c.goBackground(func() { c.healthLoop(n) })
+		}
+	}
+	return c, nil
+}
+
+// Warnings lists configuration problems found by New (even node count, duplicates).
+// Nodes that turn out to be one server under several addresses are logged once found.
+func (c *Client) Warnings() []string { return append([]string(nil), c.warnings...) }
+
+// Quorum is the number of nodes a lock needs: N/2+1.
+func (c *Client) Quorum() int { return c.quorum }
+
+// TTL is the default lock ttl.
+func (c *Client) TTL() time.Duration { return c.opt.TTL }
+
+// Nodes returns the health of every node.
+func (c *Client) Nodes() []NodeStatus {
+	out := make([]NodeStatus, len(c.nodes))
+	for i, n := range c.nodes {
+		out[i] = n.status()
+	}
+	return out
+}
+
+// Close stops health checks and subscriptions and closes the connections. Locks still
+// held are not released (use Lock.Release first); they expire after their ttl.
+func (c *Client) Close() error {
+	c.bgMu.Lock()
+	if !c.closed.CompareAndSwap(false, true) {
+		c.bgMu.Unlock()
+		return nil
+	}
+	c.bgMu.Unlock()
+	c.cancel()
+	c.notices.close()
+	c.bg.Wait()
+	return c.closeNodes()
+}
+
+func (c *Client) closeNodes() error {
+	var errs []error
+	for _, n := range c.nodes {
+		if err := n.client.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("redlock: closing %s: %w", n.addr, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// goBackground runs f on a goroutine that Close waits for. After Close it runs f inline,
+// so no goroutine can start behind Close's back.
+func (c *Client) goBackground(f func()) {
+	c.bgMu.RLock()
+	if c.closed.Load() {
+		c.bgMu.RUnlock()
+		f()
+		return
+	}
+	c.bg.Add(1)
+	c.bgMu.RUnlock()
+	go func() {
+		defer c.bg.Done()
+		f()
+	}()
+}
+
+// healthLoop probes one node until Close. The probe timeout is looser than node_timeout
+// so a slow-but-alive node shows its latency instead of flapping.
+func (c *Client) healthLoop(n *node) {
+	timeout := max(c.opt.NodeTimeout, time.Second)
+	t := time.NewTicker(c.opt.HealthInterval)
+	defer t.Stop()
+	for {
+		n.check(c.ctx, timeout)
+		c.warnSameServer()
+		select {
+		case <-c.ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// warnSameServer logs once when two addresses turn out to be one server (same run_id).
+func (c *Client) warnSameServer() {
+	if len(c.nodes) < 2 {
+		return
+	}
+	if c.sameServerWarned.Load() {
+		return
+	}
+	byID := map[string]string{}
+	for _, n := range c.nodes {
+		s := n.status()
+		if s.RunID == "" {
+			continue
+		}
+		if other, dup := byID[s.RunID]; dup && other != s.Address {
+			if c.sameServerWarned.CompareAndSwap(false, true) {
+				c.opt.Logger.Warn("two node addresses are the same Redis server; its votes count twice, which defeats the quorum",
+					zap.String("node", other), zap.String("same_as", s.Address))
+			}
+			return
+		}
+		byID[s.RunID] = s.Address
+	}
+}

@@ -1,0 +1,74 @@
+package redlock
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/caddy-redlock/caddy-redlock/internal/redistest"
+	"github.com/redis/go-redis/v9"
+)
+
+// fastOptions keep tests quick: short ttl and timeouts, quick health checks.
+func fastOptions() Options {
+	// The node timeout is loose: the race detector on 2 shared cores makes cold
+	// connections slow, and these tests are about correctness, not speed.
+	return Options{TTL: 2 * time.Second, NodeTimeout: 300 * time.Millisecond, RetryDelayMin: 5 * time.Millisecond,
+		RetryDelayMax: 20 * time.Millisecond, HealthInterval: 50 * time.Millisecond}
+}
+
+func newTestClient(t testing.TB, servers []*redistest.Server, opt Options) *Client {
+	t.Helper()
+	c, err := New(redistest.URLs(servers), opt)
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// waitRunIDs waits until the client's health checks have seen every running node's run_id,
+// so a later restart is recognised.
+func waitRunIDs(t testing.TB, c *Client) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) {
+		all := true
+		for _, s := range c.Nodes() {
+			all = all && s.RunID != ""
+		}
+		if all {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatalf("health checks did not see every run_id: %+v", c.Nodes())
+}
+
+// rawKeys returns what each node holds under the lock key: value ("" if absent) or an error string.
+func rawGet(t testing.TB, s *redistest.Server, key string) (string, bool) {
+	t.Helper()
+	rc := redis.NewClient(&redis.Options{Addr: s.Addr(), DialTimeout: time.Second, ReadTimeout: time.Second})
+	defer rc.Close()
+	v, err := rc.Get(context.Background(), DefaultPrefix+key).Result()
+	if err == redis.Nil {
+		return "", false
+	}
+	if err != nil {
+		t.Fatalf("GET on %s: %v", s.Addr(), err)
+	}
+	return v, true
+}
+
+// eventually polls cond for up to 3s: used for background cleanups, not for speed claims.
+func eventually(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(3 * time.Second)
+	for time.Now().Before(deadline) {
+		if cond() {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatalf("timed out waiting for: %s", what)
+}

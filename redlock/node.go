@@ -1,0 +1,204 @@
+package redlock
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/zap"
+)
+
+// node is one independent Redis master: its client and what we know of its health.
+type node struct {
+	addr   string // host:port[/db], never a password
+	client *redis.Client
+	c      *Client
+
+	mu          sync.Mutex
+	up          bool
+	checked     bool
+	lastRTT     time.Duration
+	lastErr     string
+	lastErrAt   time.Time
+	lastCheck   time.Time
+	runID       string
+	quarantined time.Time // no vote before this (monotonic reading via time.Now)
+	errors      uint64
+}
+
+// NodeStatus is a snapshot of one node for the admin API.
+type NodeStatus struct {
+	Address          string        `json:"address"`
+	Up               bool          `json:"up"`
+	Checked          bool          `json:"checked"`
+	LastRTT          time.Duration `json:"-"`
+	LastError        string        `json:"last_error,omitempty"`
+	LastErrorAt      time.Time     `json:"last_error_at,omitzero"`
+	LastCheck        time.Time     `json:"last_check,omitzero"`
+	RunID            string        `json:"run_id,omitempty"`
+	QuarantinedUntil time.Time     `json:"quarantined_until,omitzero"`
+	Errors           uint64        `json:"errors"`
+}
+
+// parseNodeURL accepts redis://, rediss:// (TLS) and bare host:port.
+func parseNodeURL(raw string) (*redis.Options, string, error) {
+	raw = strings.TrimSpace(raw)
+	if raw == "" {
+		return nil, "", fmt.Errorf("redlock: empty node URL")
+	}
+	var opt *redis.Options
+	if strings.Contains(raw, "://") {
+		o, err := redis.ParseURL(raw)
+		if err != nil {
+			return nil, "", fmt.Errorf("redlock: node URL %q: %w", redactURL(raw), err)
+		}
+		opt = o
+	} else {
+		host, port, err := net.SplitHostPort(raw)
+		if err != nil || host == "" || port == "" {
+			return nil, "", fmt.Errorf("redlock: node address %q: want host:port, redis://... or rediss://...", raw)
+		}
+		opt = &redis.Options{Addr: raw}
+	}
+	addr := opt.Addr
+	if opt.DB != 0 {
+		addr = fmt.Sprintf("%s/%d", addr, opt.DB)
+	}
+	return opt, addr, nil
+}
+
+// redactURL hides a password in a URL for error messages.
+func redactURL(raw string) string {
+	at := strings.LastIndexByte(raw, '@')
+	scheme := strings.Index(raw, "://")
+	if at < 0 || scheme < 0 || at < scheme {
+		return raw
+	}
+	return raw[:scheme+3] + "xxx@" + raw[at+1:]
+}
+
+func newNode(c *Client, raw string) (*node, error) {
+	opt, addr, err := parseNodeURL(raw)
+	if err != nil {
+		return nil, err
+	}
+	n := &node{addr: addr, c: c}
+	t := c.opt.NodeTimeout
+	opt.DialTimeout = t
+	opt.ReadTimeout = t
+	opt.WriteTimeout = t
+	opt.PoolTimeout = t
+	opt.DialerRetries = 1
+	opt.MaxRetries = -1 // a retried SET would double the time spent; Redlock retries itself
+	opt.ContextTimeoutEnabled = true
+	opt.Protocol = 2
+	opt.DisableIdentity = true
+	opt.OnConnect = n.onConnect
+	n.client = redis.NewClient(opt)
+	return n, nil
+}
+
+// onConnect learns the run_id on every new connection, before it carries any command:
+// a node that restarted is therefore quarantined before its first vote after the restart.
+func (n *node) onConnect(ctx context.Context, cn *redis.Conn) error {
+	info, err := cn.Info(ctx, "server").Result()
+	if err != nil {
+		return fmt.Errorf("redlock: INFO server on connect: %w", err)
+	}
+	n.observeRunID(parseInfoField(info, "run_id"))
+	return nil
+}
+
+func parseInfoField(info, field string) string {
+	for _, line := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(line, field+":"); ok {
+			return strings.TrimSpace(v)
+		}
+	}
+	return ""
+}
+
+// observeRunID applies the delayed-restart rule: a node whose run_id changed may have
+// lost its keys, so it must not vote until every lock it could have held has expired.
+func (n *node) observeRunID(id string) {
+	if id == "" {
+		return
+	}
+	n.mu.Lock()
+	prev := n.runID
+	n.runID = id
+	var until time.Time
+	if prev != "" && prev != id {
+		maxTTL := time.Duration(n.c.maxTTL.Load())
+		until = time.Now().Add(maxTTL + drift(maxTTL, n.c.opt.DriftFactor))
+		n.quarantined = until
+	}
+	n.mu.Unlock()
+	if !until.IsZero() {
+		n.c.opt.Logger.Warn("redis node restarted; it will not vote until its quarantine ends",
+			zap.String("node", n.addr), zap.String("previous_run_id", prev), zap.String("run_id", id), zap.Time("quarantined_until", until))
+	}
+}
+
+// quarantinedUntil returns a non-zero time while the node may not vote.
+func (n *node) quarantinedUntil(now time.Time) time.Time {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if now.Before(n.quarantined) {
+		return n.quarantined
+	}
+	return time.Time{}
+}
+
+// record notes the outcome of a command for health and metrics.
+func (n *node) record(op string, rtt time.Duration, err error) {
+	if obs := n.c.opt.Observer; obs != nil {
+		obs.NodeCall(n.addr, op, rtt, err)
+	}
+	if err == nil {
+		return
+	}
+	n.mu.Lock()
+	n.errors++
+	n.lastErr = err.Error()
+	n.lastErrAt = time.Now()
+	n.mu.Unlock()
+}
+
+func (n *node) status() NodeStatus {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	s := NodeStatus{
+		Address: n.addr, Up: n.up, Checked: n.checked, LastRTT: n.lastRTT, LastError: n.lastErr,
+		LastErrorAt: n.lastErrAt, LastCheck: n.lastCheck, RunID: n.runID, Errors: n.errors,
+	}
+	if time.Now().Before(n.quarantined) {
+		s.QuarantinedUntil = n.quarantined
+	}
+	return s
+}
+
+// check is one health probe: INFO server gives liveness, latency and the run_id.
+func (n *node) check(ctx context.Context, timeout time.Duration) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	start := time.Now()
+	info, err := n.client.Info(ctx, "server").Result()
+	rtt := time.Since(start)
+	n.record("health", rtt, err)
+	if err == nil {
+		n.observeRunID(parseInfoField(info, "run_id"))
+	}
+	n.mu.Lock()
+	n.checked = true
+	n.lastCheck = time.Now()
+	n.up = err == nil
+	if err == nil {
+		n.lastRTT = rtt
+	}
+	n.mu.Unlock()
+}

@@ -1,0 +1,62 @@
+package redlock
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// onAll runs f on every node at once (skipping those marked in skip), each bounded by
+// node_timeout, and returns as soon as need nodes said yes or that became impossible (need <= 0: wait for all).
+// Replies still on the way finish on their own timeout into a buffered channel.
+func (c *Client) onAll(ctx context.Context, op string, skip []bool,
+	f func(context.Context, *node) (bool, error), need int) (yes, no int, errs []error) {
+	type reply struct {
+		yes bool
+		err error
+	}
+	replies := make(chan reply, len(c.nodes))
+	sent := 0
+	for i, nd := range c.nodes {
+		if skip != nil && skip[i] {
+			continue
+		}
+		sent++
+		go func() {
+			cctx, cancel := context.WithTimeout(ctx, c.opt.NodeTimeout)
+			defer cancel()
+			t0 := time.Now()
+			ok, err := f(cctx, nd)
+			nd.record(op, time.Since(t0), err)
+			if err != nil {
+				err = fmt.Errorf("%s: %w", nd.addr, err)
+			}
+			replies <- reply{ok, err}
+		}()
+	}
+	for i := 0; i < sent; i++ {
+		r := <-replies
+		switch {
+		case r.err != nil:
+			errs = append(errs, r.err)
+		case r.yes:
+			yes++
+		default:
+			no++
+		}
+		if need > 0 && (yes >= need || no+len(errs) > sent-need) {
+			break
+		}
+	}
+	return yes, no, errs
+}
+
+// releaseOnNodes runs compare-and-delete (plus the release notice) on every node not
+// skipped and waits for all of them (bounded by node_timeout). It returns how many nodes
+// deleted our value, how many did not hold it, and the errors.
+func (c *Client) releaseOnNodes(ctx context.Context, nm names, value string, skip []bool) (int, int, []error) {
+	return c.onAll(ctx, "release", skip, func(cctx context.Context, nd *node) (bool, error) {
+		r, err := releaseScript.Run(cctx, nd.client, []string{nm.lock}, value, nm.channel).Int64()
+		return r == 1, err
+	}, 0)
+}

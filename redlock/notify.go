@@ -1,0 +1,169 @@
+package redlock
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// notifier carries release notices: a holder's release script PUBLISHes on the key's
+// channel on every node; a process keeps ONE subscriber connection per node and adds or
+// drops channels as keys start and stop being awaited. A lost notice only costs a
+// jittered retry (acquire.go), never safety.
+type notifier struct {
+	c    *Client
+	mu   sync.Mutex
+	m    map[string]*watch // by channel
+	subs []*nodeSub
+}
+
+// watch is one awaited channel.
+type watch struct {
+	n       *notifier
+	channel string
+	refs    int
+	C       chan struct{} // one pending notice at most
+	// ready is closed once enough nodes confirmed the subscription that any majority
+	// overlaps them: a release after that point cannot go unnoticed.
+	ready     chan struct{}
+	confirmed []bool
+	nconf     int
+}
+
+type subOp struct {
+	subscribe bool
+	channel   string
+}
+
+// nodeSub owns one node's subscriber connection.
+type nodeSub struct {
+	idx     int
+	ps      *redis.PubSub
+	mu      sync.Mutex
+	pending []subOp
+	wake    chan struct{}
+}
+
+func newNotifier(c *Client) *notifier {
+	nt := &notifier{c: c, m: map[string]*watch{}}
+	for i, n := range c.nodes {
+		s := &nodeSub{idx: i, ps: n.client.Subscribe(c.ctx), wake: make(chan struct{}, 1)}
+		nt.subs = append(nt.subs, s)
+		c.goBackground(func() { nt.applyOps(s) })
+		c.goBackground(func() { nt.receive(s) })
+	}
+	return nt
+}
+
+// needed is how many nodes must confirm a subscription: N - quorum + 1 meets every majority.
+func (nt *notifier) needed() int { return len(nt.c.nodes) - nt.c.quorum + 1 }
+
+func (nt *notifier) watch(channel string) *watch {
+	nt.mu.Lock()
+	defer nt.mu.Unlock()
+	if w := nt.m[channel]; w != nil {
+		w.refs++
+		return w
+	}
+	w := &watch{n: nt, channel: channel, refs: 1, C: make(chan struct{}, 1), ready: make(chan struct{}),
+		confirmed: make([]bool, len(nt.subs))}
+	nt.m[channel] = w
+	for _, s := range nt.subs {
+		s.enqueue(subOp{subscribe: true, channel: channel})
+	}
+	return w
+}
+
+func (w *watch) unwatch() {
+	nt := w.n
+	nt.mu.Lock()
+	defer nt.mu.Unlock()
+	w.refs--
+	if w.refs > 0 || nt.m[w.channel] != w {
+		return
+	}
+	delete(nt.m, w.channel)
+	for _, s := range nt.subs {
+		s.enqueue(subOp{subscribe: false, channel: w.channel})
+	}
+}
+
+func (s *nodeSub) enqueue(op subOp) {
+	s.mu.Lock()
+	s.pending = append(s.pending, op)
+	s.mu.Unlock()
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+// applyOps sends SUBSCRIBE/UNSUBSCRIBE in order, off the callers' paths (a dead node
+// must not stall an acquire or a release).
+func (nt *notifier) applyOps(s *nodeSub) {
+	ctx := nt.c.ctx
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-s.wake:
+		}
+		s.mu.Lock()
+		ops := s.pending
+		s.pending = nil
+		s.mu.Unlock()
+		for _, op := range ops {
+			opCtx, cancel := context.WithTimeout(ctx, time.Second)
+			var err error
+			if op.subscribe {
+				err = s.ps.Subscribe(opCtx, op.channel)
+			} else {
+				err = s.ps.Unsubscribe(opCtx, op.channel)
+			}
+			cancel()
+			if err != nil && ctx.Err() == nil {
+				// go-redis re-subscribes every channel it knows of when it reconnects.
+				nt.c.nodes[s.idx].record("subscribe", 0, err)
+			}
+		}
+	}
+}
+
+// receive dispatches notices and subscription confirmations from one node.
+func (nt *notifier) receive(s *nodeSub) {
+	for msg := range s.ps.ChannelWithSubscriptions(redis.WithChannelSize(1024)) {
+		switch m := msg.(type) {
+		case *redis.Message:
+			nt.mu.Lock()
+			w := nt.m[m.Channel]
+			nt.mu.Unlock()
+			if w != nil {
+				select {
+				case w.C <- struct{}{}:
+				default:
+				}
+			}
+		case *redis.Subscription:
+			if m.Kind != "subscribe" {
+				continue
+			}
+			nt.mu.Lock()
+			if w := nt.m[m.Channel]; w != nil && !w.confirmed[s.idx] {
+				w.confirmed[s.idx] = true
+				w.nconf++
+				if w.nconf == nt.needed() {
+					close(w.ready)
+				}
+			}
+			nt.mu.Unlock()
+		}
+	}
+}
+
+func (nt *notifier) close() {
+	for _, s := range nt.subs {
+		_ = s.ps.Close() // ends receive's channel
+	}
+}

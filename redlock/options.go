@@ -1,0 +1,126 @@
+package redlock
+
+import (
+	"fmt"
+	"time"
+
+	"go.uber.org/zap"
+)
+
+// Defaults for Options. The ratios follow the Redis "Distributed Locks with Redis" page:
+// the per-node timeout is small against the ttl so a dead node costs little of the validity.
+const (
+	DefaultPrefix         = "redlock:"
+	DefaultTTL            = 10 * time.Second
+	DefaultNodeTimeout    = 100 * time.Millisecond
+	DefaultDriftFactor    = 0.01
+	DefaultRetryDelayMin  = 25 * time.Millisecond
+	DefaultRetryDelayMax  = 250 * time.Millisecond
+	DefaultHealthInterval = time.Second
+	// fencingCounterTTL is how long an unused fencing counter lives. A counter created
+	// again starts from the node's clock (see doc.go), so expiry never lowers tokens.
+	fencingCounterTTL = time.Hour
+	// driftFloor is the constant part of the clock drift allowance (2ms in the reference algorithm).
+	driftFloor = 2 * time.Millisecond
+)
+
+// Options configure a Client. The zero value of every field means its default.
+type Options struct {
+	// Prefix is prepended to every key in Redis. Default "redlock:".
+	Prefix string
+	// TTL is the validity of a lock per acquire or renewal. Default 10s. AcquireOptions.TTL overrides it per lock.
+	TTL time.Duration
+	// NodeTimeout bounds every command to one node (dial, write and read). Default 100ms.
+	NodeTimeout time.Duration
+	// DriftFactor is the clock drift allowance as a fraction of the ttl. Default 0.01.
+	DriftFactor float64
+	// RetryDelayMin and RetryDelayMax bound the jittered delay between tries when no release
+	// notice arrives. Defaults 25ms and 250ms.
+	RetryDelayMin, RetryDelayMax time.Duration
+	// HealthInterval is the period of the per-node health check. Default 1s.
+	HealthInterval time.Duration
+	// Logger receives warnings about nodes (restarts, duplicates). Default: no logging.
+	Logger *zap.Logger
+	// Observer, if set, is told about every node call (for metrics). It must not block.
+	Observer Observer
+}
+
+// Observer receives events for metrics. Implementations must be fast and must not block.
+type Observer interface {
+	// NodeCall reports one command to one node: op is "acquire", "extend", "release",
+	// "commit", "health", "inspect" or "force_release".
+	NodeCall(node, op string, rtt time.Duration, err error)
+}
+
+func (o Options) withDefaults() Options {
+	if o.Prefix == "" {
+		o.Prefix = DefaultPrefix
+	}
+	if o.TTL == 0 {
+		o.TTL = DefaultTTL
+	}
+	if o.NodeTimeout == 0 {
+		o.NodeTimeout = DefaultNodeTimeout
+	}
+	if o.DriftFactor == 0 {
+		o.DriftFactor = DefaultDriftFactor
+	}
+	if o.RetryDelayMin == 0 && o.RetryDelayMax == 0 {
+		o.RetryDelayMin, o.RetryDelayMax = DefaultRetryDelayMin, DefaultRetryDelayMax
+	} else if o.RetryDelayMax == 0 {
+		o.RetryDelayMax = o.RetryDelayMin
+	}
+	if o.HealthInterval == 0 {
+		o.HealthInterval = DefaultHealthInterval
+	}
+	if o.Logger == nil {
+		o.Logger = zap.NewNop()
+	}
+	return o
+}
+
+// Validate reports the first invalid option, naming it.
+func (o Options) Validate() error {
+	o = o.withDefaults()
+	switch {
+	case o.TTL <= 0:
+		return fmt.Errorf("redlock: ttl must be > 0, got %v", o.TTL)
+	case o.NodeTimeout <= 0:
+		return fmt.Errorf("redlock: node_timeout must be > 0, got %v", o.NodeTimeout)
+	case o.NodeTimeout >= o.TTL:
+		return fmt.Errorf("redlock: node_timeout (%v) must be smaller than ttl (%v)", o.NodeTimeout, o.TTL)
+	case o.DriftFactor < 0 || o.DriftFactor >= 0.5:
+		return fmt.Errorf("redlock: drift_factor must be in [0, 0.5), got %v", o.DriftFactor)
+	case o.RetryDelayMin < 0 || o.RetryDelayMax < o.RetryDelayMin:
+		return fmt.Errorf("redlock: retry_delay must satisfy 0 <= min <= max, got %v..%v", o.RetryDelayMin, o.RetryDelayMax)
+	case o.HealthInterval < 0:
+		return fmt.Errorf("redlock: health_interval must be >= 0, got %v", o.HealthInterval)
+	}
+	return validateTTL(o.TTL, o.DriftFactor)
+}
+
+// validateTTL refuses a ttl that leaves no validity once drift is taken off.
+func validateTTL(ttl time.Duration, driftFactor float64) error {
+	if ttl <= 0 {
+		return fmt.Errorf("redlock: ttl must be > 0, got %v", ttl)
+	}
+	if ttl <= drift(ttl, driftFactor) {
+		return fmt.Errorf("redlock: ttl (%v) is not larger than its clock drift allowance", ttl)
+	}
+	return nil
+}
+
+// drift is the clock drift allowance for a ttl: ttl*factor + 2ms.
+func drift(ttl time.Duration, factor float64) time.Duration {
+	return time.Duration(float64(ttl)*factor) + driftFloor
+}
+
+// AcquireOptions are per-lock settings.
+type AcquireOptions struct {
+	// Wait is how long Acquire may wait for a busy key. 0 means one try only.
+	Wait time.Duration
+	// TTL overrides Options.TTL for this lock.
+	TTL time.Duration
+	// Fencing makes the lock carry a fencing token (see Lock.Token).
+	Fencing bool
+}

@@ -1,0 +1,158 @@
+package redlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+func (c *Client) register(l *Lock) {
+	c.heldMu.Lock()
+	c.held[l.key] = l
+	c.heldMu.Unlock()
+}
+
+func (c *Client) unregister(l *Lock) {
+	c.heldMu.Lock()
+	if c.held[l.key] == l {
+		delete(c.held, l.key)
+	}
+	c.heldMu.Unlock()
+}
+
+// HeldLock describes a lock held by this client. It never includes the lock's value.
+type HeldLock struct {
+	Key        string
+	AcquiredAt time.Time
+	Validity   time.Duration
+	Renewals   int
+	Token      int64
+	Waiters    int // callers of this process queued behind it
+}
+
+// Held lists the locks this client holds, by key.
+func (c *Client) Held() []HeldLock {
+	waiting := c.queues.waiting()
+	c.heldMu.Lock()
+	out := make([]HeldLock, 0, len(c.held))
+	for _, l := range c.held {
+		out = append(out, HeldLock{Key: l.key, AcquiredAt: l.acquiredAt, Validity: l.Validity(),
+			Renewals: l.Renewals(), Token: l.token, Waiters: waiting[l.key]})
+	}
+	c.heldMu.Unlock()
+	sort.Slice(out, func(i, j int) bool { return out[i].Key < out[j].Key })
+	return out
+}
+
+// Waiting returns, per key, how many callers of this process wait in the local queue
+// (not counting the one contending in Redis or holding the lock).
+func (c *Client) Waiting() map[string]int { return c.queues.waiting() }
+
+// Holding returns the lock this client holds on key, if any.
+func (c *Client) Holding(key string) *Lock {
+	c.heldMu.Lock()
+	defer c.heldMu.Unlock()
+	return c.held[key]
+}
+
+// KeyNode is one node's view of a key.
+type KeyNode struct {
+	Node    string        `json:"node"`
+	Present bool          `json:"present"`
+	PTTL    time.Duration `json:"-"`
+	Ours    bool          `json:"held_here"` // holds this client's current value
+	Error   string        `json:"error,omitempty"`
+}
+
+// KeyState is a key seen across all nodes.
+type KeyState struct {
+	Key        string    `json:"key"`
+	Nodes      []KeyNode `json:"nodes"`
+	Present    int       `json:"present_on"`
+	QuorumHeld bool      `json:"quorum_held"` // a quorum of nodes hold the same value
+	HeldHere   bool      `json:"held_here"`
+}
+
+// Inspect reads key on every node (GET and PTTL). Values are compared, never returned.
+func (c *Client) Inspect(ctx context.Context, key string) (KeyState, error) {
+	if err := validateKey(key); err != nil {
+		return KeyState{}, err
+	}
+	nm := c.names(key)
+	var ours string
+	if l := c.Holding(key); l != nil {
+		ours = l.value
+	}
+	st := KeyState{Key: key, Nodes: make([]KeyNode, len(c.nodes))}
+	values := make([]string, len(c.nodes))
+	done := make(chan struct{}, len(c.nodes))
+	for i, nd := range c.nodes {
+		go func() {
+			defer func() { done <- struct{}{} }()
+			cctx, cancel := context.WithTimeout(ctx, c.opt.NodeTimeout)
+			defer cancel()
+			t0 := time.Now()
+			pipe := nd.client.Pipeline()
+			get := pipe.Get(cctx, nm.lock)
+			pttl := pipe.PTTL(cctx, nm.lock)
+			_, err := pipe.Exec(cctx)
+			if errors.Is(err, redis.Nil) {
+				err = nil
+			}
+			nd.record("inspect", time.Since(t0), err)
+			kn := KeyNode{Node: nd.addr}
+			if err != nil {
+				kn.Error = err.Error()
+			} else if v, gerr := get.Result(); gerr == nil {
+				kn.Present = true
+				kn.PTTL = pttl.Val()
+				kn.Ours = ours != "" && v == ours
+				values[i] = v
+			}
+			st.Nodes[i] = kn
+		}()
+	}
+	for range c.nodes {
+		<-done
+	}
+	count := map[string]int{}
+	for i, kn := range st.Nodes {
+		if kn.Present {
+			st.Present++
+			count[values[i]]++
+		}
+	}
+	for v, n := range count {
+		if n >= c.quorum {
+			st.QuorumHeld = true
+			st.HeldHere = ours != "" && v == ours
+		}
+	}
+	return st, nil
+}
+
+// ForceRelease deletes key on every node whoever holds it (an operator override) and
+// marks a lock this client holds on it as lost, so its holder stops. It returns how many
+// nodes had the key.
+func (c *Client) ForceRelease(ctx context.Context, key string) (int, error) {
+	if err := validateKey(key); err != nil {
+		return 0, err
+	}
+	if l := c.Holding(key); l != nil {
+		l.markLost(LostForceReleased)
+	}
+	nm := c.names(key)
+	ctx = context.WithoutCancel(ctx)
+	deleted, _, errs := c.onAll(ctx, "force_release", nil, func(cctx context.Context, nd *node) (bool, error) {
+		n, err := forceReleaseScript.Run(cctx, nd.client, []string{nm.lock}, nm.channel).Int64()
+		return n == 1, err
+	}, 0)
+	if len(errs) > 0 {
+		return deleted, fmt.Errorf("redlock: force release %q: %d node(s) failed: %w", key, len(errs), errors.Join(errs...))
+	}
+	return deleted, nil
+}

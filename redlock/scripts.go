@@ -1,0 +1,90 @@
+package redlock
+
+import "github.com/redis/go-redis/v9"
+
+// The Lua scripts. go-redis's Script runs them with EVALSHA and falls back to EVAL on
+// NOSCRIPT (after a restart or SCRIPT FLUSH), so each is sent in full at most once per node.
+//
+// Interoperability: the lock itself is exactly the string key prefix+key holding the value
+// with a PX expiry, as any standard Redlock client (redsync, node-redlock, redis-py) writes it.
+// Fencing counters and release channels live under other names (see names.go).
+
+// acquireScript: KEYS[1] lock, KEYS[2] fencing counter.
+// ARGV[1] value, ARGV[2] ttl ms, ARGV[3] owner prefix, ARGV[4] "1" for fencing, ARGV[5] counter ttl ms.
+// The key is taken when absent or when it holds a value of an earlier attempt of the same
+// Acquire call (same owner prefix: a reply was lost or a round failed), so a retry is never
+// blocked by its own leftovers, while a late release of that earlier attempt (which compares
+// the full value) can never delete the new one. Busy returns {0, PTTL of the holder's key}.
+//
+// The fencing counter is max(counter+1, node time in µs): a counter lost in a restart or
+// expired for disuse restarts from the clock, above every token issued before (doc.go).
+var acquireScript = redis.NewScript(`
+local cur = redis.call('GET', KEYS[1])
+if cur and string.sub(cur, 1, #ARGV[3]) ~= ARGV[3] then
+  return {0, redis.call('PTTL', KEYS[1])}
+end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+local token = 0
+if ARGV[4] == '1' then
+  local t = redis.call('TIME')
+  local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  token = (tonumber(redis.call('GET', KEYS[2]) or '0') or 0) + 1
+  if now > token then token = now end
+  redis.call('SET', KEYS[2], string.format('%.0f', token), 'PX', ARGV[5])
+end
+return {1, token}
+`)
+
+// commitScript makes a fencing token durable before it is used: only while we still hold
+// the key on this node, raise the counter to at least the token.
+// KEYS[1] lock, KEYS[2] counter; ARGV[1] value, ARGV[2] token, ARGV[3] counter ttl ms.
+var commitScript = redis.NewScript(`
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+local c = tonumber(redis.call('GET', KEYS[2]) or '0') or 0
+if tonumber(ARGV[2]) > c then
+  redis.call('SET', KEYS[2], ARGV[2], 'PX', ARGV[3])
+else
+  redis.call('PEXPIRE', KEYS[2], ARGV[3])
+end
+return 1
+`)
+
+// extendScript renews any number of locks in one call: KEYS[i] lock, ARGV[i] its value,
+// ARGV[#KEYS+1] ttl ms. Per key: 1 = extended, 2 = was absent and re-taken (a restarted
+// node rejoins the quorum), 0 = held by someone else.
+var extendScript = redis.NewScript(`
+local ttl = ARGV[#KEYS + 1]
+local res = {}
+for i, k in ipairs(KEYS) do
+  local cur = redis.call('GET', k)
+  if cur == ARGV[i] then
+    redis.call('PEXPIRE', k, ttl)
+    res[i] = 1
+  elseif not cur then
+    redis.call('SET', k, ARGV[i], 'PX', ttl)
+    res[i] = 2
+  else
+    res[i] = 0
+  end
+end
+return res
+`)
+
+// releaseScript is compare-and-delete, then a notice to waiters.
+// KEYS[1] lock; ARGV[1] value, ARGV[2] release channel. Returns 1 if deleted.
+var releaseScript = redis.NewScript(`
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('DEL', KEYS[1])
+  redis.call('PUBLISH', ARGV[2], '1')
+  return 1
+end
+return 0
+`)
+
+// forceReleaseScript is the operator override: delete whatever holds the key.
+// KEYS[1] lock; ARGV[1] release channel.
+var forceReleaseScript = redis.NewScript(`
+local n = redis.call('DEL', KEYS[1])
+if n == 1 then redis.call('PUBLISH', ARGV[1], '1') end
+return n
+`)
