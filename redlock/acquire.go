@@ -71,7 +71,7 @@ func (c *Client) contend(ctx, waitCtx context.Context, q *keyQueue, key string, 
 		res := c.tryOnce(ctx, nm, owner, value, ttl, fencing)
 		if res.validity > 0 {
 			l := &Lock{c: c, nm: nm, key: key, value: value, ttl: ttl, token: res.token, fencing: fencing,
-				acquiredAt: start, attempts: attempt, q: q}
+				acquiredAt: start, attempts: attempt, q: q, settled: res.settled}
 			l.start(res.roundStart, res.validity)
 			c.register(l)
 			return l, nil
@@ -147,6 +147,7 @@ type attemptResult struct {
 	validity    time.Duration // > 0: acquired
 	roundStart  time.Time     // when the winning round began: validity counts from here
 	token       int64
+	settled     <-chan struct{} // closed when every node of the round has replied
 	unavailable *UnavailableError
 	minPTTL     time.Duration // smallest remaining ttl of the holder's key among busy replies
 }
@@ -197,11 +198,13 @@ func (c *Client) tryOnce(ctx context.Context, nm names, owner, value string, ttl
 		token    int64
 		nbusy    int
 		errs     []NodeError
+		received int
 		answered = make([]bool, n) // a definitive "busy" means our value is not there
 		res      attemptResult
 	)
-	for received := 0; received < n; received++ {
+	for received < n {
 		r := <-replies
+		received++
 		switch {
 		case r.ok:
 			granted = append(granted, r.idx)
@@ -220,6 +223,19 @@ func (c *Client) tryOnce(ctx context.Context, nm names, owner, value string, ttl
 			break
 		}
 	}
+	// Replies still on the way (each bounded by node_timeout) must be in before any
+	// release of this round's value is sent to their nodes: a release that overtook its
+	// SET would leave that SET standing for a whole ttl.
+	pending := n - received
+	settled := make(chan struct{})
+	c.goBackground(func() {
+		defer close(settled)
+		for i := 0; i < pending; i++ {
+			if r := <-replies; r.busy {
+				answered[r.idx] = true
+			}
+		}
+	})
 
 	if len(granted) >= c.quorum {
 		validity := ttl - time.Since(start) - drift(ttl, c.opt.DriftFactor)
@@ -232,11 +248,16 @@ func (c *Client) tryOnce(ctx context.Context, nm names, owner, value string, ttl
 			}
 		}
 		if validity > 0 {
-			res.validity, res.roundStart, res.token = validity, start, token
+			res.validity, res.roundStart, res.token, res.settled = validity, start, token, settled
 			return res
 		}
 	}
-	c.releaseAsync(nm, value, answered)
+	c.goBackground(func() {
+		<-settled
+		ctx, cancel := context.WithTimeout(context.Background(), c.opt.NodeTimeout)
+		defer cancel()
+		c.releaseOnNodes(ctx, nm, value, answered)
+	})
 	// Unavailable: fewer than a quorum of nodes answered at all (busy counts as an answer).
 	if len(granted)+nbusy < c.quorum && len(errs) > n-c.quorum {
 		res.unavailable = &UnavailableError{Quorum: c.quorum, Nodes: errs}
@@ -256,17 +277,6 @@ func (c *Client) commitToken(ctx context.Context, nm names, value string, token 
 		return fmt.Errorf("fencing token committed on %d of %d nodes, need %d: %w", ok, len(c.nodes), c.quorum, errors.Join(errs...))
 	}
 	return nil
-}
-
-// releaseAsync cleans up after a failed round on every node that may hold our value,
-// without making the caller wait. Safe to race with our next round: that one writes a
-// new value, and release compares the full value.
-func (c *Client) releaseAsync(nm names, value string, skip []bool) {
-	c.goBackground(func() {
-		ctx, cancel := context.WithTimeout(c.ctx, c.opt.NodeTimeout)
-		defer cancel()
-		c.releaseOnNodes(ctx, nm, value, skip)
-	})
 }
 
 func boolArg(b bool) string {

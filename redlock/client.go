@@ -2,6 +2,7 @@ package redlock
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"sync"
@@ -15,6 +16,7 @@ import (
 // one Client per node set per process is the intended use (it owns the connections, the
 // release-notice subscriptions, the local wait queues and the health checks).
 type Client struct {
+	id     string // random; tags this client's release notices
 	opt    Options
 	nodes  []*node
 	quorum int
@@ -47,7 +49,7 @@ func New(urls []string, opt Options) (*Client, error) {
 		return nil, err
 	}
 	opt = opt.withDefaults()
-	c := &Client{opt: opt, quorum: len(urls)/2 + 1, held: map[string]*Lock{}}
+	c := &Client{id: rand.Text(), opt: opt, quorum: len(urls)/2 + 1, held: map[string]*Lock{}}
 	c.maxTTL.Store(int64(opt.TTL))
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	seen := map[string]bool{}

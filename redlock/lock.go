@@ -22,6 +22,7 @@ type Lock struct {
 	acquiredAt time.Time // when Acquire was called
 	attempts   int
 	q          *keyQueue
+	settled    <-chan struct{} // the winning round's stragglers have replied
 
 	mu       sync.Mutex
 	until    time.Time // validity ends (monotonic)
@@ -148,7 +149,7 @@ func (l *Lock) Extend(ctx context.Context) (time.Duration, error) {
 			return false, fmt.Errorf("unexpected extend reply %v", r)
 		}
 		return r[0] != 0, nil
-	}, c.quorum)
+	}, 0) // wait for every node: a re-take that landed after our release would stand for a ttl
 	if yes >= c.quorum {
 		l.mu.Lock()
 		defer l.mu.Unlock()
@@ -261,6 +262,7 @@ func (l *Lock) Release(ctx context.Context) error {
 	}
 
 	c := l.c
+	<-l.settled // bounded by node_timeout; usually long closed
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.opt.NodeTimeout)
 	defer cancel()
 	deleted, _, errs := c.releaseOnNodes(ctx, l.nm, l.value, nil)

@@ -54,7 +54,9 @@ func parseNodeURL(raw string) (*redis.Options, string, error) {
 	if strings.Contains(raw, "://") {
 		o, err := redis.ParseURL(raw)
 		if err != nil {
-			return nil, "", fmt.Errorf("redlock: node URL %q: %w", redactURL(raw), err)
+			// go-redis quotes the URL in its error: keep a password out of it.
+			msg := strings.ReplaceAll(err.Error(), raw, redactURL(raw))
+			return nil, "", fmt.Errorf("redlock: node URL %q: %s", redactURL(raw), msg)
 		}
 		opt = o
 	} else {

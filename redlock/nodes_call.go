@@ -56,7 +56,7 @@ func (c *Client) onAll(ctx context.Context, op string, skip []bool,
 // deleted our value, how many did not hold it, and the errors.
 func (c *Client) releaseOnNodes(ctx context.Context, nm names, value string, skip []bool) (int, int, []error) {
 	return c.onAll(ctx, "release", skip, func(cctx context.Context, nd *node) (bool, error) {
-		r, err := releaseScript.Run(cctx, nd.client, []string{nm.lock}, value, nm.channel).Int64()
+		r, err := releaseScript.Run(cctx, nd.client, []string{nm.lock}, value, nm.channel, c.id).Int64()
 		return r == 1, err
 	}, 0)
 }

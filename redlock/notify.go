@@ -136,6 +136,9 @@ func (nt *notifier) receive(s *nodeSub) {
 	for msg := range s.ps.ChannelWithSubscriptions(redis.WithChannelSize(1024)) {
 		switch m := msg.(type) {
 		case *redis.Message:
+			if m.Payload == nt.c.id {
+				continue // our own release: local waiters get the turn directly
+			}
 			nt.mu.Lock()
 			w := nt.m[m.Channel]
 			nt.mu.Unlock()

@@ -71,11 +71,13 @@ return res
 `)
 
 // releaseScript is compare-and-delete, then a notice to waiters.
-// KEYS[1] lock; ARGV[1] value, ARGV[2] release channel. Returns 1 if deleted.
+// KEYS[1] lock; ARGV[1] value, ARGV[2] release channel, ARGV[3] the releasing client's id
+// (the notice payload: a client ignores its own notices, whose waiters it hands the turn
+// to directly). Returns 1 if deleted.
 var releaseScript = redis.NewScript(`
 if redis.call('GET', KEYS[1]) == ARGV[1] then
   redis.call('DEL', KEYS[1])
-  redis.call('PUBLISH', ARGV[2], '1')
+  redis.call('PUBLISH', ARGV[2], ARGV[3])
   return 1
 end
 return 0
@@ -85,6 +87,6 @@ return 0
 // KEYS[1] lock; ARGV[1] release channel.
 var forceReleaseScript = redis.NewScript(`
 local n = redis.call('DEL', KEYS[1])
-if n == 1 then redis.call('PUBLISH', ARGV[1], '1') end
+if n == 1 then redis.call('PUBLISH', ARGV[1], 'force') end
 return n
 `)

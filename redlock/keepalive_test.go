@@ -1,0 +1,116 @@
+package redlock
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/caddy-redlock/caddy-redlock/internal/redistest"
+)
+
+// A lock renewed by KeepAlive stays held for 5 x ttl.
+func TestKeepAliveHoldsPastTTL(t *testing.T) {
+	servers := redistest.StartN(t, 3)
+	opt := fastOptions()
+	opt.TTL = 600 * time.Millisecond
+	opt.NodeTimeout = 150 * time.Millisecond
+	c := newTestClient(t, servers, opt)
+	other := newTestClient(t, servers, opt)
+	ctx := context.Background()
+	l, err := c.Acquire(ctx, "ka", AcquireOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.KeepAlive(opt.TTL/3, 0); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * opt.TTL)
+	for time.Now().Before(deadline) {
+		select {
+		case <-l.Lost():
+			t.Fatalf("lost while renewing: %v", l.Err())
+		case <-time.After(opt.TTL / 2):
+		}
+		if _, err := other.Acquire(ctx, "ka", AcquireOptions{}); !errors.Is(err, ErrBusy) {
+			t.Fatalf("another client got the key while it was renewed: %v", err)
+		}
+	}
+	if l.Renewals() < 10 {
+		t.Fatalf("renewals = %d over 5 x ttl at ttl/3, want >= 10", l.Renewals())
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := other.Acquire(ctx, "ka", AcquireOptions{}); err != nil {
+		t.Fatalf("key not free after release: %v", err)
+	}
+}
+
+// Cutting a majority mid-hold signals loss no later than the end of validity, so the
+// holder stops before any other client can have the key.
+func TestKeepAliveSignalsLossWhenMajorityCut(t *testing.T) {
+	servers := redistest.StartN(t, 5)
+	opt := fastOptions()
+	opt.TTL = time.Second
+	opt.NodeTimeout = 100 * time.Millisecond
+	c := newTestClient(t, servers, opt)
+	ctx := context.Background()
+	l, err := c.Acquire(ctx, "cut", AcquireOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.KeepAlive(opt.TTL/3, 0); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(opt.TTL / 2)
+	for _, s := range servers[:3] {
+		if err := s.Pause(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	until := l.Until() // validity as of the last successful renewal
+	select {
+	case <-l.Lost():
+	case <-time.After(2 * opt.TTL):
+		t.Fatal("loss not signalled")
+	}
+	lostAt := time.Now()
+	if !errors.Is(l.Err(), ErrLost) {
+		t.Fatalf("Err = %v, want ErrLost", l.Err())
+	}
+	// The signal comes at the end of validity at the latest (small slack for the timer
+	// goroutine to be scheduled); keys on the nodes live until at least validity + drift.
+	if slack := lostAt.Sub(until); slack > drift(opt.TTL, opt.DriftFactor)+50*time.Millisecond {
+		t.Fatalf("loss signalled %v after validity ended", slack)
+	}
+	for _, s := range servers[:3] {
+		_ = s.Resume()
+	}
+	_ = l.Release(ctx)
+}
+
+// max_hold caps the total hold: the lock is marked lost and renewals stop.
+func TestKeepAliveMaxHold(t *testing.T) {
+	servers := redistest.StartN(t, 3)
+	c := newTestClient(t, servers, fastOptions())
+	l, err := c.Acquire(context.Background(), "maxhold", AcquireOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.KeepAlive(c.TTL()/3, 300*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-l.Lost():
+	case <-time.After(5 * time.Second):
+		t.Fatal("max_hold did not end the hold")
+	}
+	var lost *LostError
+	if !errors.As(l.Err(), &lost) || lost.Reason != LostMaxHold {
+		t.Fatalf("Err = %v, want max_hold", l.Err())
+	}
+	if err := l.Release(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}
