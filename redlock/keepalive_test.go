@@ -3,6 +3,7 @@ package redlock
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -15,8 +16,10 @@ func TestKeepAliveHoldsPastTTL(t *testing.T) {
 	opt := fastOptions()
 	opt.TTL = 600 * time.Millisecond
 	opt.NodeTimeout = 150 * time.Millisecond
-	c := newTestClient(t, servers, opt)
 	other := newTestClient(t, servers, opt)
+	obs := &countingObserver{}
+	opt.Observer = obs
+	c := newTestClient(t, servers, opt)
 	ctx := context.Background()
 	l, err := c.Acquire(ctx, "ka", AcquireOptions{})
 	if err != nil {
@@ -38,6 +41,9 @@ func TestKeepAliveHoldsPastTTL(t *testing.T) {
 	}
 	if l.Renewals() < 10 {
 		t.Fatalf("renewals = %d over 5 x ttl at ttl/3, want >= 10", l.Renewals())
+	}
+	if ok, calls := obs.renewOK.Load(), obs.calls.Load(); ok != int64(l.Renewals()) || calls < 3*ok {
+		t.Fatalf("observer saw %d good renewals (lock says %d) and %d node calls", ok, l.Renewals(), calls)
 	}
 	if err := l.Release(ctx); err != nil {
 		t.Fatal(err)
@@ -112,5 +118,16 @@ func TestKeepAliveMaxHold(t *testing.T) {
 	}
 	if err := l.Release(context.Background()); err != nil {
 		t.Fatal(err)
+	}
+}
+
+type countingObserver struct{ calls, renewOK, renewErr atomic.Int64 }
+
+func (o *countingObserver) NodeCall(node, op string, rtt time.Duration, err error) { o.calls.Add(1) }
+func (o *countingObserver) Renewal(err error) {
+	if err == nil {
+		o.renewOK.Add(1)
+	} else {
+		o.renewErr.Add(1)
 	}
 }

@@ -222,6 +222,9 @@ func (l *Lock) keepAlive(interval time.Duration) {
 		case <-t.C:
 		}
 		_, err := l.Extend(context.Background())
+		if obs := l.c.opt.Observer; obs != nil {
+			obs.Renewal(err)
+		}
 		switch {
 		case err == nil:
 			t.Reset(interval)

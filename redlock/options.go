@@ -50,6 +50,9 @@ type Observer interface {
 	// NodeCall reports one command to one node: op is "acquire", "extend", "release",
 	// "commit", "health", "inspect" or "force_release".
 	NodeCall(node, op string, rtt time.Duration, err error)
+	// Renewal reports one KeepAlive renewal: nil, a transient error, or one that
+	// errors.Is ErrLost.
+	Renewal(err error)
 }
 
 func (o Options) withDefaults() Options {
