@@ -1,0 +1,97 @@
+package redlock
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/caddy-redlock/caddy-redlock/internal/redistest"
+)
+
+func TestInspectAndForceRelease(t *testing.T) {
+	servers := redistest.StartN(t, 3)
+	holder := newTestClient(t, servers, fastOptions())
+	other := newTestClient(t, servers, fastOptions())
+	ctx := context.Background()
+
+	st, err := other.Inspect(ctx, "inspect")
+	if err != nil || st.Present != 0 || st.QuorumHeld {
+		t.Fatalf("free key: %+v, %v", st, err)
+	}
+	l, err := holder.Acquire(ctx, "inspect", AcquireOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "all nodes hold the key", func() bool {
+		st, err = holder.Inspect(ctx, "inspect")
+		return err == nil && st.Present == 3
+	})
+	if !st.QuorumHeld || !st.HeldHere {
+		t.Fatalf("holder's view: %+v", st)
+	}
+	for _, n := range st.Nodes {
+		if !n.Present || !n.Ours || n.PTTL <= 0 || n.PTTL > fastOptions().TTL {
+			t.Fatalf("node view: %+v", n)
+		}
+	}
+	st, _ = other.Inspect(ctx, "inspect")
+	if !st.QuorumHeld || st.HeldHere {
+		t.Fatalf("other's view: %+v", st)
+	}
+	if held := holder.Held(); len(held) != 1 || held[0].Key != "inspect" || held[0].Validity <= 0 {
+		t.Fatalf("Held() = %+v", held)
+	}
+
+	// Force release by the holder's own client (the admin API of the instance that holds
+	// it): keys gone everywhere and the local holder is told at once. A holder in another
+	// process learns of it at its next renewal, if someone else has taken the key by then.
+	n, err := holder.ForceRelease(ctx, "inspect")
+	if err != nil || n != 3 {
+		t.Fatalf("force release: %d, %v", n, err)
+	}
+	select {
+	case <-l.Lost():
+	default:
+		t.Fatal("local holder not told of the force release")
+	}
+	var lost *LostError
+	if !errors.As(l.Err(), &lost) || lost.Reason != LostForceReleased {
+		t.Fatalf("Err = %v", l.Err())
+	}
+	for _, s := range servers {
+		if _, present := rawGet(t, s, "inspect"); present {
+			t.Fatalf("key still on %s", s.Addr())
+		}
+	}
+	_ = l.Release(ctx)
+	if len(holder.Held()) != 0 {
+		t.Fatalf("Held() after release: %+v", holder.Held())
+	}
+}
+
+func TestNodesReportHealth(t *testing.T) {
+	servers := redistest.StartN(t, 3)
+	c := newTestClient(t, servers, fastOptions())
+	waitRunIDs(t, c)
+	for _, s := range c.Nodes() {
+		if !s.Up || s.LastRTT <= 0 {
+			t.Fatalf("node not up: %+v", s)
+		}
+	}
+	if err := servers[1].Pause(); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "paused node shows down", func() bool { return !c.Nodes()[1].Up })
+	if err := servers[1].Resume(); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "resumed node shows up", func() bool { return c.Nodes()[1].Up })
+	if err := servers[2].Restart(); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "restarted node quarantined", func() bool {
+		s := c.Nodes()[2]
+		return s.Up && !s.QuarantinedUntil.IsZero() && s.QuarantinedUntil.After(time.Now())
+	})
+}
