@@ -67,6 +67,9 @@ func (c *Client) contend(ctx, waitCtx context.Context, q *keyQueue, key string, 
 	var w *watch
 	unavailable := 0
 	for attempt := 1; ; attempt++ {
+		if c.closed.Load() {
+			return nil, ErrClosed
+		}
 		value := owner + strconv.Itoa(attempt)
 		res := c.tryOnce(ctx, nm, owner, value, ttl, fencing)
 		if res.validity > 0 {

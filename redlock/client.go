@@ -32,7 +32,9 @@ type Client struct {
 	cancel   context.CancelFunc
 	bg       sync.WaitGroup // every goroutine the client starts
 	bgMu     sync.RWMutex   // orders goroutine starts against Close
-	closed   atomic.Bool
+	closed   atomic.Bool // no new acquires
+	shut     bool        // background stopped (guarded by bgMu)
+	shutOnce sync.Once
 	warnings []string
 
 	sameServerWarned atomic.Bool
@@ -97,19 +99,36 @@ func (c *Client) Nodes() []NodeStatus {
 	return out
 }
 
-// Close stops health checks and subscriptions and closes the connections. Locks still
-// held are not released (use Lock.Release first); they expire after their ttl.
+// Close refuses new acquires (ErrClosed) at once. Locks still held keep the client alive:
+// they go on renewing and releasing, and the connections, subscriptions and health checks
+// end when the last of them is released (a config reload may close a client while its
+// streams are still running). With no lock held, Close shuts down before it returns.
 func (c *Client) Close() error {
-	c.bgMu.Lock()
 	if !c.closed.CompareAndSwap(false, true) {
-		c.bgMu.Unlock()
 		return nil
 	}
-	c.bgMu.Unlock()
-	c.cancel()
-	c.notices.close()
-	c.bg.Wait()
-	return c.closeNodes()
+	c.heldMu.Lock()
+	idle := len(c.held) == 0
+	c.heldMu.Unlock()
+	if idle {
+		return c.shutdown()
+	}
+	return nil
+}
+
+// shutdown stops everything the client started and closes the connections, once.
+func (c *Client) shutdown() error {
+	var err error
+	c.shutOnce.Do(func() {
+		c.bgMu.Lock()
+		c.shut = true
+		c.bgMu.Unlock()
+		c.cancel()
+		c.notices.close()
+		c.bg.Wait()
+		err = c.closeNodes()
+	})
+	return err
 }
 
 func (c *Client) closeNodes() error {
@@ -122,11 +141,11 @@ func (c *Client) closeNodes() error {
 	return errors.Join(errs...)
 }
 
-// goBackground runs f on a goroutine that Close waits for. After Close it runs f inline,
+// goBackground runs f on a goroutine that shutdown waits for. After that it runs f inline,
 // so no goroutine can start behind Close's back.
 func (c *Client) goBackground(f func()) {
 	c.bgMu.RLock()
-	if c.closed.Load() {
+	if c.shut {
 		c.bgMu.RUnlock()
 		f()
 		return

@@ -95,3 +95,46 @@ func TestNodesReportHealth(t *testing.T) {
 		return s.Up && !s.QuarantinedUntil.IsZero() && s.QuarantinedUntil.After(time.Now())
 	})
 }
+
+// A client closed while it holds a lock (a config reload) keeps renewing it until it is
+// released, refuses new acquires, and shuts down after the last release.
+func TestCloseWhileHolding(t *testing.T) {
+	servers := redistest.StartN(t, 3)
+	opt := fastOptions()
+	opt.TTL = 700 * time.Millisecond
+	opt.NodeTimeout = 200 * time.Millisecond
+	c, err := New(redistest.URLs(servers), opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	l, err := c.Acquire(ctx, "closing", AcquireOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.KeepAlive(opt.TTL/3, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Acquire(ctx, "other", AcquireOptions{}); !errors.Is(err, ErrClosed) {
+		t.Fatalf("acquire after Close: %v", err)
+	}
+	select {
+	case <-l.Lost():
+		t.Fatalf("lock lost after Close: %v", l.Err())
+	case <-time.After(3 * opt.TTL):
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatalf("release after Close: %v", err)
+	}
+	for _, s := range servers {
+		if _, present := rawGet(t, s, "closing"); present {
+			t.Fatalf("key left on %s", s.Addr())
+		}
+	}
+	if c.ctx.Err() == nil {
+		t.Fatal("client did not shut down after the last release")
+	}
+}

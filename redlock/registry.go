@@ -21,7 +21,11 @@ func (c *Client) unregister(l *Lock) {
 	if c.held[l.key] == l {
 		delete(c.held, l.key)
 	}
+	last := len(c.held) == 0
 	c.heldMu.Unlock()
+	if last && c.closed.Load() {
+		_ = c.shutdown() // Close was called while this lock was held
+	}
 }
 
 // HeldLock describes a lock held by this client. It never includes the lock's value.
