@@ -24,6 +24,7 @@ type Client struct {
 
 	queues  *queues
 	notices *notifier
+	renewer *renewer
 
 	heldMu sync.Mutex
 	held   map[string]*Lock // by key; the local queue admits one holder per key
@@ -32,8 +33,8 @@ type Client struct {
 	cancel   context.CancelFunc
 	bg       sync.WaitGroup // every goroutine the client starts
 	bgMu     sync.RWMutex   // orders goroutine starts against Close
-	closed   atomic.Bool // no new acquires
-	shut     bool        // background stopped (guarded by bgMu)
+	closed   atomic.Bool    // no new acquires
+	shut     bool           // background stopped (guarded by bgMu)
 	shutOnce sync.Once
 	warnings []string
 
@@ -72,6 +73,7 @@ func New(urls []string, opt Options) (*Client, error) {
 	}
 	c.queues = newQueues()
 	c.notices = newNotifier(c)
+	c.renewer = newRenewer(c)
 	if opt.HealthInterval > 0 {
 		for _, n := range c.nodes {
 			c.goBackground(func() { c.healthLoop(n) })

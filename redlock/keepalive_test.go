@@ -3,6 +3,7 @@ package redlock
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -131,3 +132,56 @@ func (o *countingObserver) Renewal(err error) {
 		o.renewErr.Add(1)
 	}
 }
+
+// Many held locks are renewed in one script call per node per tick, not one per lock.
+func TestRenewalsAreBatched(t *testing.T) {
+	servers := redistest.StartN(t, 3)
+	opt := fastOptions()
+	opt.TTL = 900 * time.Millisecond
+	opt.NodeTimeout = 200 * time.Millisecond
+	obs := &extendCounter{}
+	opt.Observer = obs
+	c := newTestClient(t, servers, opt)
+	ctx := context.Background()
+	const locks = 50
+	var held []*Lock
+	for i := 0; i < locks; i++ {
+		l, err := c.Acquire(ctx, fmt.Sprintf("batch-%d", i), AcquireOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := l.KeepAlive(opt.TTL/3, 0); err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, l)
+	}
+	time.Sleep(5 * opt.TTL / 3)
+	for _, l := range held {
+		if l.Renewals() < 3 {
+			t.Fatalf("%s renewed %d times, want >= 3", l.Key(), l.Renewals())
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	renewals := 0
+	for _, l := range held {
+		renewals += l.Renewals()
+	}
+	calls := obs.extends.Load()
+	// One call per lock per node would be renewals*3; batched it is a small multiple of
+	// the ticks. Allow a tenth of the unbatched count.
+	if calls*10 > int64(renewals*3) {
+		t.Fatalf("%d extend calls for %d renewals on 3 nodes: not batched", calls, renewals)
+	}
+	t.Logf("%d renewals in %d extend calls", renewals, calls)
+}
+
+type extendCounter struct{ extends atomic.Int64 }
+
+func (o *extendCounter) NodeCall(node, op string, rtt time.Duration, err error) {
+	if op == "extend" {
+		o.extends.Add(1)
+	}
+}
+func (o *extendCounter) Renewal(error) {}

@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"sync"
 	"time"
-
-	"go.uber.org/zap"
 )
 
 // Lock is a held Redlock. Its methods are safe for concurrent use.
@@ -24,16 +22,22 @@ type Lock struct {
 	q          *keyQueue
 	settled    <-chan struct{} // the winning round's stragglers have replied
 
-	mu       sync.Mutex
-	until    time.Time // validity ends (monotonic)
-	renewals int
-	released bool
-	lostErr  error
-	lost     chan struct{}
-	expiry   *time.Timer // marks the lock lost when validity ends without renewal
-	maxHold  *time.Timer
-	stopKA   chan struct{} // closed by Release to end KeepAlive
-	kaDone   chan struct{} // closed when KeepAlive's goroutine returns
+	mu        sync.Mutex
+	until     time.Time // validity ends (monotonic)
+	renewals  int
+	released  bool
+	lostErr   error
+	lost      chan struct{}
+	expiry    *time.Timer // marks the lock lost when validity ends without renewal
+	maxHold   *time.Timer
+	keepAlive bool
+
+	// Renewal scheduling, guarded by the client's renewer.mu.
+	renewEvery time.Duration
+	renewAt    time.Time
+	heapIdx    int            // index in the renewer's heap, -1 when not scheduled
+	stopped    bool           // Release was called: never schedule again
+	renewing   sync.WaitGroup // a batch holding this lock is in flight
 }
 
 // start arms the validity timer of a freshly acquired lock (all other fields set).
@@ -41,7 +45,7 @@ func (l *Lock) start(roundStart time.Time, validity time.Duration) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.lost = make(chan struct{})
-	l.stopKA = make(chan struct{})
+	l.heapIdx = -1
 	l.until = roundStart.Add(l.ttl - drift(l.ttl, l.c.opt.DriftFactor))
 	l.expiry = time.AfterFunc(validity, l.onExpiry)
 }
@@ -133,33 +137,28 @@ func (l *Lock) Extend(ctx context.Context) (time.Duration, error) {
 	if err := l.Err(); err != nil {
 		return 0, err
 	}
-	start := time.Now()
 	ctx, cancel := context.WithDeadline(ctx, l.Until())
 	defer cancel()
+	if err := l.c.extendBatch(ctx, []*Lock{l})[0]; err != nil {
+		return 0, err
+	}
+	return l.Validity(), nil
+}
+
+// applyExtend records one renewal round's outcome for this lock: yes nodes renewed it,
+// no nodes said someone else holds it, errs are the nodes that failed.
+func (l *Lock) applyExtend(start time.Time, yes, no int, errs []error) error {
 	c := l.c
-	yes, taken, errs := c.onAll(ctx, "extend", nil, func(cctx context.Context, nd *node) (bool, error) {
-		if !nd.quarantinedUntil(time.Now()).IsZero() {
-			return false, errors.New("quarantined after restart")
-		}
-		r, err := extendScript.Run(cctx, nd.client, []string{l.nm.lock}, l.value, l.ttl.Milliseconds()).Int64Slice()
-		if err != nil {
-			return false, err
-		}
-		if len(r) != 1 {
-			return false, fmt.Errorf("unexpected extend reply %v", r)
-		}
-		return r[0] != 0, nil
-	}, 0) // wait for every node: a re-take that landed after our release would stand for a ttl
 	if yes >= c.quorum {
 		l.mu.Lock()
 		defer l.mu.Unlock()
 		if l.lostErr != nil {
-			return 0, l.lostErr
+			return l.lostErr
 		}
 		now := time.Now()
 		if !now.Before(l.until) { // too late: the lock may have lapsed in between
 			l.markLostLocked(&LostError{Key: l.key, Reason: LostExpired})
-			return 0, l.lostErr
+			return l.lostErr
 		}
 		newUntil := start.Add(l.ttl - drift(l.ttl, c.opt.DriftFactor))
 		if newUntil.After(l.until) {
@@ -167,38 +166,41 @@ func (l *Lock) Extend(ctx context.Context) (time.Duration, error) {
 			l.expiry.Reset(newUntil.Sub(now))
 		}
 		l.renewals++
-		return l.until.Sub(now), nil
+		return nil
 	}
-	if taken > len(c.nodes)-c.quorum { // enough nodes say someone else holds it: no majority is possible
-
+	if no > len(c.nodes)-c.quorum { // enough nodes say someone else holds it: no majority is possible
 		l.markLost(LostTaken)
-		return 0, l.Err()
+		return l.Err()
 	}
-	return 0, fmt.Errorf("redlock: extend %q: renewed on %d of %d nodes, need %d: %w", l.key, yes, len(c.nodes), c.quorum, errors.Join(errs...))
+	return fmt.Errorf("redlock: extend %q: renewed on %d of %d nodes, need %d: %w", l.key, yes, len(c.nodes), c.quorum, errors.Join(errs...))
 }
 
 // KeepAlive renews the lock every interval until Release, or until it is lost. When a
 // renewal fails it retries sooner (interval/4) while validity remains; when validity ends
 // Lost is closed. maxHold > 0 caps the total hold: at AcquiredAt+maxHold the lock is
 // marked lost (reason max_hold) and renewals stop, so a stuck holder cannot keep a key
-// forever. Calling KeepAlive twice is an error.
+// forever. Renewals of all locks of a client that fall due together go out in one script
+// call per node (renew.go); no goroutine runs per lock. Calling KeepAlive twice is an error.
 func (l *Lock) KeepAlive(interval, maxHold time.Duration) error {
 	if interval <= 0 || interval >= l.ttl {
 		return fmt.Errorf("redlock: renew interval must be > 0 and < ttl (%v), got %v", l.ttl, interval)
 	}
 	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.kaDone != nil {
+	if l.keepAlive {
+		l.mu.Unlock()
 		return errors.New("redlock: KeepAlive already running")
 	}
 	if l.released || l.lostErr != nil {
-		return l.errLocked()
+		err := l.errLocked()
+		l.mu.Unlock()
+		return err
 	}
+	l.keepAlive = true
 	if maxHold > 0 {
 		l.maxHold = time.AfterFunc(time.Until(l.acquiredAt.Add(maxHold)), func() { l.markLost(LostMaxHold) })
 	}
-	l.kaDone = make(chan struct{})
-	go l.keepAlive(interval)
+	l.mu.Unlock()
+	l.c.renewer.add(l, interval)
 	return nil
 }
 
@@ -207,34 +209,6 @@ func (l *Lock) errLocked() error {
 		return l.lostErr
 	}
 	return ErrReleased
-}
-
-func (l *Lock) keepAlive(interval time.Duration) {
-	defer close(l.kaDone)
-	t := time.NewTimer(interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-l.stopKA:
-			return
-		case <-l.lost:
-			return
-		case <-t.C:
-		}
-		_, err := l.Extend(context.Background())
-		if obs := l.c.opt.Observer; obs != nil {
-			obs.Renewal(err)
-		}
-		switch {
-		case err == nil:
-			t.Reset(interval)
-		case errors.Is(err, ErrLost):
-			l.c.opt.Logger.Debug("lock lost during renewal", zap.String("key", l.key), zap.Error(err))
-			return
-		default:
-			t.Reset(max(interval/4, time.Millisecond))
-		}
-	}
 }
 
 // Release deletes the lock on all nodes at once (compare-and-delete: never another
@@ -257,12 +231,8 @@ func (l *Lock) Release(ctx context.Context) error {
 		l.lostErr = ErrReleased
 		close(l.lost)
 	}
-	close(l.stopKA)
-	kaDone := l.kaDone
 	l.mu.Unlock()
-	if kaDone != nil {
-		<-kaDone // no renewal may land after the delete
-	}
+	l.c.renewer.remove(l) // waits for a renewal in flight: none may land after the delete
 
 	c := l.c
 	<-l.settled // bounded by node_timeout; usually long closed

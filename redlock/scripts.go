@@ -50,18 +50,18 @@ return 1
 `)
 
 // extendScript renews any number of locks in one call: KEYS[i] lock, ARGV[i] its value,
-// ARGV[#KEYS+1] ttl ms. Per key: 1 = extended, 2 = was absent and re-taken (a restarted
-// node rejoins the quorum), 0 = held by someone else.
+// ARGV[#KEYS+i] its ttl ms. Per key: 1 = extended, 2 = was absent and re-taken (a
+// restarted node rejoins the quorum), 0 = held by someone else.
 var extendScript = redis.NewScript(`
-local ttl = ARGV[#KEYS + 1]
+local n = #KEYS
 local res = {}
 for i, k in ipairs(KEYS) do
   local cur = redis.call('GET', k)
   if cur == ARGV[i] then
-    redis.call('PEXPIRE', k, ttl)
+    redis.call('PEXPIRE', k, ARGV[n + i])
     res[i] = 1
   elseif not cur then
-    redis.call('SET', k, ARGV[i], 'PX', ttl)
+    redis.call('SET', k, ARGV[i], 'PX', ARGV[n + i])
     res[i] = 2
   else
     res[i] = 0

@@ -1,0 +1,213 @@
+package redlock
+
+import (
+	"container/heap"
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+)
+
+// maxBatch bounds the keys in one extend call, so one script never blocks a node long.
+const maxBatch = 512
+
+// renewer renews every kept-alive lock of a client from one goroutine: the locks that
+// fall due together (within an eighth of their interval) go out in one script call per
+// node, as Redisson batches its watchdog, instead of one call per lock per node.
+type renewer struct {
+	c    *Client
+	mu   sync.Mutex
+	h    renewHeap
+	wake chan struct{}
+}
+
+func newRenewer(c *Client) *renewer {
+	r := &renewer{c: c, wake: make(chan struct{}, 1)}
+	c.goBackground(r.run)
+	return r
+}
+
+func (r *renewer) add(l *Lock, every time.Duration) {
+	r.mu.Lock()
+	l.renewEvery = every
+	if !l.stopped {
+		l.renewAt = time.Now().Add(every)
+		heap.Push(&r.h, l)
+	}
+	r.mu.Unlock()
+	r.poke()
+}
+
+// remove unschedules l for good and waits for a batch that holds it.
+func (r *renewer) remove(l *Lock) {
+	r.mu.Lock()
+	l.stopped = true
+	if l.heapIdx >= 0 {
+		heap.Remove(&r.h, l.heapIdx)
+	}
+	r.mu.Unlock()
+	l.renewing.Wait()
+}
+
+func (r *renewer) poke() {
+	select {
+	case r.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (r *renewer) run() {
+	t := time.NewTimer(time.Hour)
+	defer t.Stop()
+	for {
+		batch, wait := r.due()
+		if len(batch) > 0 {
+			r.renew(batch)
+			continue
+		}
+		t.Reset(wait)
+		select {
+		case <-r.c.ctx.Done():
+			return
+		case <-r.wake:
+		case <-t.C:
+		}
+	}
+}
+
+// due pops the locks due now (or within an eighth of their interval), or says how long
+// to sleep until the next one.
+func (r *renewer) due() ([]*Lock, time.Duration) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	now := time.Now()
+	var batch []*Lock
+	for len(r.h) > 0 && len(batch) < maxBatch {
+		l := r.h[0]
+		if l.renewAt.Sub(now) > l.renewEvery/8 {
+			break
+		}
+		heap.Pop(&r.h)
+		l.renewing.Add(1) // under mu, and only while not stopped: never after remove's Wait
+		batch = append(batch, l)
+	}
+	if len(batch) > 0 || len(r.h) == 0 {
+		return batch, time.Hour
+	}
+	return nil, max(time.Until(r.h[0].renewAt), 0)
+}
+
+func (r *renewer) renew(batch []*Lock) {
+	errs := r.c.extendBatch(context.Background(), batch)
+	now := time.Now()
+	r.mu.Lock()
+	for i, l := range batch {
+		err := errs[i]
+		if obs := r.c.opt.Observer; obs != nil {
+			obs.Renewal(err)
+		}
+		switch {
+		case errors.Is(err, ErrLost):
+			r.c.opt.Logger.Debug("lock lost during renewal", zap.String("key", l.key), zap.Error(err))
+		case errors.Is(err, ErrReleased):
+		case l.stopped:
+		default:
+			next := l.renewEvery
+			if err != nil {
+				next = max(l.renewEvery/4, time.Millisecond) // retry sooner while validity lasts
+			}
+			l.renewAt = now.Add(next)
+			heap.Push(&r.h, l)
+		}
+		l.renewing.Done()
+	}
+	r.mu.Unlock()
+}
+
+// extendBatch renews locks in one script call per node, all nodes at once, and waits
+// for every node (bounded by node_timeout): a re-take that landed after a release would
+// stand for a whole ttl. It returns each lock's outcome (see Lock.applyExtend).
+func (c *Client) extendBatch(ctx context.Context, locks []*Lock) []error {
+	start := time.Now()
+	keys := make([]string, len(locks))
+	argv := make([]any, 2*len(locks))
+	for i, l := range locks {
+		keys[i] = l.nm.lock
+		argv[i] = l.value
+		argv[len(locks)+i] = l.ttl.Milliseconds()
+	}
+	replies := make([][]int64, len(c.nodes))
+	nodeErrs := make([]error, len(c.nodes))
+	var wg sync.WaitGroup
+	for i, nd := range c.nodes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if !nd.quarantinedUntil(time.Now()).IsZero() {
+				nodeErrs[i] = fmt.Errorf("%s: quarantined after restart", nd.addr)
+				return
+			}
+			cctx, cancel := context.WithTimeout(ctx, c.opt.NodeTimeout)
+			defer cancel()
+			t0 := time.Now()
+			r, err := extendScript.Run(cctx, nd.client, keys, argv...).Int64Slice()
+			if err == nil && len(r) != len(locks) {
+				err = fmt.Errorf("unexpected extend reply of %d items for %d keys", len(r), len(locks))
+			}
+			nd.record("extend", time.Since(t0), err)
+			if err != nil {
+				nodeErrs[i] = fmt.Errorf("%s: %w", nd.addr, err)
+				return
+			}
+			replies[i] = r
+		}()
+	}
+	wg.Wait()
+	var errs []error
+	for _, err := range nodeErrs {
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	out := make([]error, len(locks))
+	for j, l := range locks {
+		yes, no := 0, 0
+		for i := range c.nodes {
+			switch {
+			case replies[i] == nil:
+			case replies[i][j] != 0:
+				yes++
+			default:
+				no++
+			}
+		}
+		out[j] = l.applyExtend(start, yes, no, errs)
+	}
+	return out
+}
+
+// renewHeap orders kept-alive locks by their next renewal.
+type renewHeap []*Lock
+
+func (h renewHeap) Len() int           { return len(h) }
+func (h renewHeap) Less(i, j int) bool { return h[i].renewAt.Before(h[j].renewAt) }
+func (h renewHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].heapIdx, h[j].heapIdx = i, j
+}
+func (h *renewHeap) Push(x any) {
+	l := x.(*Lock)
+	l.heapIdx = len(*h)
+	*h = append(*h, l)
+}
+func (h *renewHeap) Pop() any {
+	old := *h
+	l := old[len(old)-1]
+	old[len(old)-1] = nil
+	l.heapIdx = -1
+	*h = old[:len(old)-1]
+	return l
+}
