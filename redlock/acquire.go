@@ -183,6 +183,15 @@ func (c *Client) tryOnce(ctx context.Context, nm names, owner, value string, ttl
 			r, err := acquireScript.Run(cctx, nd.client, []string{nm.lock, nm.counter}, argv...).Int64Slice()
 			nd.record("acquire", time.Since(t0), err)
 			rep := nodeReply{idx: i, err: err}
+			// A restart is often seen only by the new connection that carried this very
+			// command (OnConnect reads the run_id before sending it): the check before
+			// sending passed, so check again. The reply is then no vote, and as it is not
+			// marked answered, the round's release still goes to this node.
+			if until := nd.quarantinedUntil(time.Now()); !until.IsZero() {
+				rep.err = quarantinedErr{until}
+				replies <- rep
+				return
+			}
 			if err == nil {
 				if len(r) != 2 {
 					rep.err = fmt.Errorf("unexpected acquire reply %v", r)
