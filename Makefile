@@ -1,7 +1,7 @@
 # The README names these targets; keep them in sync.
 GO ?= go
 
-.PHONY: test vet fuzz-short build demo bench
+.PHONY: test vet fuzz-short build demo demo-check bench bench-lib
 
 ## test: what CI runs: formatting, vet, the race-enabled test suite and short fuzz runs.
 test: vet
@@ -22,6 +22,20 @@ fuzz-short:
 build:
 	$(GO) build -o bin/caddy ./cmd/caddy
 
-## bench: library benchmarks side by side (PING floor, acquire+release for N=1,3,5, hot-key handoff).
+## demo: 5 local Redis masters, the demo upstream and two Caddy instances running
+## Caddyfile.example; prints what to try, Ctrl-C stops everything.
+demo:
+	bash demo/run.sh
+
+## demo-check: the same demo, run non-interactively: it checks what it shows and exits.
+demo-check:
+	bash demo/run.sh --check
+
+## bench: everything side by side (floor, lock cost, Caddy overhead, hot key, waiters,
+## redsync) in one run; tables in the terminal, bench/results.json and bench/results.md.
 bench:
+	$(GO) -C bench run .
+
+## bench-lib: the redlock package's own go test benchmarks.
+bench-lib:
 	$(GO) test -run='^$$' -bench=. -benchtime=2s ./redlock/

@@ -1,0 +1,210 @@
+package caddyredlock
+
+import (
+	"strconv"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
+	"github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+)
+
+func init() {
+	// After templates, that is before handle, route, respond and reverse_proxy: the lock
+	// must wrap whatever produces the response ("before reverse_proxy" would put it after
+	// handle and respond, too late).
+	httpcaddyfile.RegisterDirectiveOrder("redlock", httpcaddyfile.After, "templates")
+	httpcaddyfile.RegisterHandlerDirective("redlock", parseCaddyfile)
+}
+
+func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error) {
+	hd := new(Handler)
+	if err := hd.UnmarshalCaddyfile(h.Dispenser); err != nil {
+		return nil, err
+	}
+	return hd, nil
+}
+
+// UnmarshalCaddyfile sets up the handler from Caddyfile tokens:
+//
+//	redlock [<matcher>] {
+//	    redis <url...>
+//	    path <template> [<key>]
+//	    key <template>
+//	    case_insensitive
+//	    prefix <string>
+//	    ttl <duration>
+//	    renew_interval <duration>
+//	    wait <duration>
+//	    retry_delay <min> [<max>]
+//	    node_timeout <duration>
+//	    drift_factor <float>
+//	    max_hold <duration>
+//	    busy_status <code>
+//	    fencing [<header>]
+//	    on_unavailable fail|bypass
+//	}
+func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
+	d.Next() // directive name
+	if d.NextArg() {
+		return d.Errf("redlock: unexpected argument %q: options go in a block", d.Val())
+	}
+	seen := map[string]bool{}
+	for d.NextBlock(0) {
+		opt := d.Val()
+		if seen[opt] && opt != "redis" && opt != "path" {
+			return d.Errf("redlock: %s: given more than once", opt)
+		}
+		seen[opt] = true
+		if err := h.parseOption(d, opt); err != nil {
+			return err
+		}
+	}
+	// Cross-option checks (renew_interval < ttl, ...) and anything the per-option parsing
+	// left to the shared validation, so the Caddyfile refuses what Provision would.
+	if _, err := h.resolve(); err != nil {
+		return d.Errf("redlock: %v", err)
+	}
+	return nil
+}
+
+func (h *Handler) parseOption(d *caddyfile.Dispenser, opt string) error {
+	switch opt {
+	case "redis":
+		urls := d.RemainingArgs()
+		if len(urls) == 0 {
+			return d.Errf("redlock: redis: want at least one node URL")
+		}
+		for _, u := range urls {
+			if err := checkNodeURL(u); err != nil {
+				return d.Errf("redlock: redis: %v", err)
+			}
+		}
+		h.Redis = append(h.Redis, urls...)
+	case "path":
+		args := d.RemainingArgs()
+		if len(args) < 1 || len(args) > 2 {
+			return d.Errf("redlock: path: want <template> [<key>], got %d arguments", len(args))
+		}
+		pk := PathKey{Path: args[0]}
+		if len(args) == 2 {
+			pk.Key = args[1]
+		}
+		h.Paths = append(h.Paths, pk)
+	case "key":
+		return oneArg(d, opt, &h.Key)
+	case "case_insensitive":
+		if d.NextArg() {
+			return d.Errf("redlock: case_insensitive: takes no argument")
+		}
+		h.CaseInsensitive = true
+	case "prefix":
+		return oneArg(d, opt, &h.Prefix)
+	case "ttl":
+		return durationArg(d, opt, &h.TTL)
+	case "renew_interval":
+		return durationArg(d, opt, &h.RenewInterval)
+	case "wait":
+		var w caddy.Duration
+		if err := durationArg(d, opt, &w); err != nil {
+			return err
+		}
+		h.Wait = &w
+	case "retry_delay":
+		args := d.RemainingArgs()
+		if len(args) < 1 || len(args) > 2 {
+			return d.Errf("redlock: retry_delay: want <min> [<max>], got %d arguments", len(args))
+		}
+		for _, a := range args {
+			v, err := parseDuration(a)
+			if err != nil {
+				return d.Errf("redlock: retry_delay: %v", err)
+			}
+			h.RetryDelay = append(h.RetryDelay, v)
+		}
+	case "node_timeout":
+		return durationArg(d, opt, &h.NodeTimeout)
+	case "drift_factor":
+		var s string
+		if err := oneArg(d, opt, &s); err != nil {
+			return err
+		}
+		f, err := strconv.ParseFloat(s, 64)
+		if err != nil || f <= 0 || f >= 0.5 {
+			return d.Errf("redlock: drift_factor: want a number > 0 and < 0.5, got %q", s)
+		}
+		h.DriftFactor = f
+	case "max_hold":
+		return durationArg(d, opt, &h.MaxHold)
+	case "busy_status":
+		var s string
+		if err := oneArg(d, opt, &s); err != nil {
+			return err
+		}
+		code, err := strconv.Atoi(s)
+		if err != nil || code < 400 || code > 599 {
+			return d.Errf("redlock: busy_status: want a 4xx or 5xx status code, got %q", s)
+		}
+		h.BusyStatus = code
+	case "fencing":
+		h.Fencing = true
+		if d.NextArg() {
+			h.FencingHeader = d.Val()
+			if d.NextArg() {
+				return d.Errf("redlock: fencing: want at most one header name")
+			}
+			if !validHeaderName(h.FencingHeader) {
+				return d.Errf("redlock: fencing: %q is not a valid header name", h.FencingHeader)
+			}
+		}
+	case "on_unavailable":
+		if err := oneArg(d, opt, &h.OnUnavailable); err != nil {
+			return err
+		}
+		if h.OnUnavailable != "fail" && h.OnUnavailable != "bypass" {
+			return d.Errf(`redlock: on_unavailable: want "fail" or "bypass", got %q`, h.OnUnavailable)
+		}
+	default:
+		return d.Errf("redlock: unknown option %q", opt)
+	}
+	return nil
+}
+
+// oneArg reads exactly one argument into dst.
+func oneArg(d *caddyfile.Dispenser, opt string, dst *string) error {
+	args := d.RemainingArgs()
+	if len(args) != 1 {
+		return d.Errf("redlock: %s: want exactly one argument, got %d", opt, len(args))
+	}
+	*dst = args[0]
+	return nil
+}
+
+// durationArg reads exactly one non-negative duration into dst.
+func durationArg(d *caddyfile.Dispenser, opt string, dst *caddy.Duration) error {
+	var s string
+	if err := oneArg(d, opt, &s); err != nil {
+		return err
+	}
+	v, err := parseDuration(s)
+	if err != nil {
+		return d.Errf("redlock: %s: %v", opt, err)
+	}
+	*dst = v
+	return nil
+}
+
+func parseDuration(s string) (caddy.Duration, error) {
+	v, err := caddy.ParseDuration(s)
+	if err != nil {
+		return 0, err
+	}
+	if v < 0 {
+		return 0, errNegative(s)
+	}
+	return caddy.Duration(v), nil
+}
+
+type errNegative string
+
+func (e errNegative) Error() string { return "negative duration " + strconv.Quote(string(e)) }

@@ -1,0 +1,230 @@
+package caddyredlock
+
+import (
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
+)
+
+func dur(d time.Duration) caddy.Duration { return caddy.Duration(d) }
+
+func TestCaddyfileEveryOption(t *testing.T) {
+	d := caddyfile.NewTestDispenser(`redlock {
+		redis redis://10.0.0.1:6379 rediss://user:pw@10.0.0.2:6380/2
+		redis 10.0.0.3:6379
+		path /accounts/{id}/* acct:{id}
+		path /docs/{name}
+		key {http.request.host}{http.request.uri.path}
+		case_insensitive
+		prefix app:
+		ttl 30s
+		renew_interval 5s
+		wait 0
+		retry_delay 10ms 100ms
+		node_timeout 50ms
+		drift_factor 0.02
+		max_hold 10m
+		busy_status 429
+		fencing X-Fence
+		on_unavailable bypass
+	}`)
+	var h Handler
+	if err := h.UnmarshalCaddyfile(d); err != nil {
+		t.Fatal(err)
+	}
+	zero := dur(0)
+	want := Handler{
+		Redis:           []string{"redis://10.0.0.1:6379", "rediss://user:pw@10.0.0.2:6380/2", "10.0.0.3:6379"},
+		Paths:           []PathKey{{Path: "/accounts/{id}/*", Key: "acct:{id}"}, {Path: "/docs/{name}"}},
+		Key:             "{http.request.host}{http.request.uri.path}",
+		CaseInsensitive: true,
+		Prefix:          "app:",
+		TTL:             dur(30 * time.Second),
+		RenewInterval:   dur(5 * time.Second),
+		Wait:            &zero,
+		RetryDelay:      []caddy.Duration{dur(10 * time.Millisecond), dur(100 * time.Millisecond)},
+		NodeTimeout:     dur(50 * time.Millisecond),
+		DriftFactor:     0.02,
+		MaxHold:         dur(10 * time.Minute),
+		BusyStatus:      429,
+		Fencing:         true,
+		FencingHeader:   "X-Fence",
+		OnUnavailable:   "bypass",
+	}
+	if !reflect.DeepEqual(h, want) {
+		t.Errorf("parsed\n%+v\nwant\n%+v", h, want)
+	}
+	s, err := h.resolve()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.wait != 0 || s.retryMin != 10*time.Millisecond || s.retryMax != 100*time.Millisecond || !s.bypass || s.fencingHeader != "X-Fence" {
+		t.Errorf("resolved: %+v", s)
+	}
+}
+
+func TestDefaults(t *testing.T) {
+	h := Handler{Redis: []string{"127.0.0.1:6379"}}
+	s, err := h.resolve()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := settings{
+		urls: []string{"127.0.0.1:6379"}, prefix: "redlock:", ttl: 10 * time.Second, renew: 10 * time.Second / 3,
+		wait: 5 * time.Second, retryMin: 25 * time.Millisecond, retryMax: 250 * time.Millisecond,
+		nodeTimeout: 100 * time.Millisecond, drift: 0.01, busyStatus: 423, fencingHeader: "Redlock-Fencing-Token",
+	}
+	if !reflect.DeepEqual(*s, want) {
+		t.Errorf("defaults\n%+v\nwant\n%+v", *s, want)
+	}
+	k, err := newKeyer(nil, "", false)
+	if err != nil || k.fallback != "{http.redlock.path}" {
+		t.Errorf("default key template %q, %v", k.fallback, err)
+	}
+	// One retry_delay value is both bounds.
+	h.RetryDelay = []caddy.Duration{dur(time.Second)}
+	if s, err := h.resolve(); err != nil || s.retryMin != time.Second || s.retryMax != time.Second {
+		t.Errorf("retry_delay 1s: %+v %v", s, err)
+	}
+}
+
+func TestCaddyfileErrors(t *testing.T) {
+	const r = "redis 127.0.0.1:6379\n"
+	for _, tc := range []struct{ in, want string }{
+		{"redlock", "redis: at least one node URL is required"},
+		{"redlock arg {\n" + r + "}", `unexpected argument "arg"`},
+		{"redlock {\nredis\n}", "redis: want at least one node URL"},
+		{"redlock {\nredis http://x:1\n}", "scheme must be redis or rediss"},
+		{"redlock {\nredis localhost\n}", `node "localhost": want redis://host:port`},
+		{"redlock {\nredis redis://user:secret@:bad:port\n}", "xxxxx"},
+		{"redlock {\n" + r + "bogus 1\n}", `unknown option "bogus"`},
+		{"redlock {\n" + r + "path\n}", "path: want <template> [<key>], got 0"},
+		{"redlock {\n" + r + "path /a b c\n}", "path: want <template> [<key>], got 3"},
+		{"redlock {\n" + r + "path a\n}", `path 1 (a): keys: pattern "a": must start with "/"`},
+		{"redlock {\n" + r + "path /a/*/b\n}", `"*" must be the last segment`},
+		{"redlock {\n" + r + "path /a/{id} {nope}\n}", "unknown capture {nope}"},
+		{"redlock {\n" + r + "path /a/{method}\n}", "Caddyfile placeholder shorthand"},
+		{"redlock {\n" + r + "path /a/{x}/{x}\n}", "duplicate capture name"},
+		{"redlock {\n" + r + "key {id}\n}", "key: keys: pattern \"/*\": key \"{id}\": unknown capture {id}"},
+		{"redlock {\n" + r + "key a b\n}", "key: want exactly one argument, got 2"},
+		{"redlock {\n" + r + "case_insensitive yes\n}", "case_insensitive: takes no argument"},
+		{"redlock {\n" + r + "prefix\n}", "prefix: want exactly one argument, got 0"},
+		{"redlock {\n" + r + "ttl soon\n}", "ttl: "},
+		{"redlock {\n" + r + "ttl -1s\n}", `ttl: negative duration "-1s"`},
+		{"redlock {\n" + r + "ttl 1s\nttl 2s\n}", "ttl: given more than once"},
+		{"redlock {\n" + r + "ttl 50ms\n}", "node_timeout (100ms) must be smaller than ttl (50ms)"},
+		{"redlock {\n" + r + "ttl 102ms\n}", "ttl (102ms) leaves no validity"},
+		{"redlock {\n" + r + "renew_interval 10s\n}", "renew_interval: must be > 0 and smaller than ttl (10s), got 10s"},
+		{"redlock {\n" + r + "renew_interval x\n}", "renew_interval: "},
+		{"redlock {\n" + r + "wait -1s\n}", `wait: negative duration`},
+		{"redlock {\n" + r + "wait\n}", "wait: want exactly one argument, got 0"},
+		{"redlock {\n" + r + "retry_delay\n}", "retry_delay: want <min> [<max>], got 0"},
+		{"redlock {\n" + r + "retry_delay 1s 2s 3s\n}", "retry_delay: want <min> [<max>], got 3"},
+		{"redlock {\n" + r + "retry_delay 2s 1s\n}", "retry_delay: must satisfy 0 <= min <= max and max > 0"},
+		{"redlock {\n" + r + "retry_delay 0\n}", "retry_delay: must satisfy"},
+		{"redlock {\n" + r + "retry_delay x\n}", "retry_delay: "},
+		{"redlock {\n" + r + "node_timeout 0s\nttl 1s\nnode_timeout 2s\n}", "node_timeout: given more than once"},
+		{"redlock {\n" + r + "node_timeout fast\n}", "node_timeout: "},
+		{"redlock {\n" + r + "drift_factor 0.5\n}", "drift_factor: want a number > 0 and < 0.5"},
+		{"redlock {\n" + r + "drift_factor 0\n}", "drift_factor: want a number > 0 and < 0.5"},
+		{"redlock {\n" + r + "drift_factor x\n}", "drift_factor: want a number"},
+		{"redlock {\n" + r + "max_hold -5s\n}", "max_hold: negative duration"},
+		{"redlock {\n" + r + "busy_status 200\n}", "busy_status: want a 4xx or 5xx status code"},
+		{"redlock {\n" + r + "busy_status abc\n}", "busy_status: want a 4xx or 5xx"},
+		{"redlock {\n" + r + "fencing a b\n}", "fencing: want at most one header name"},
+		{"redlock {\n" + r + "fencing bad:header\n}", `fencing: "bad:header" is not a valid header name`},
+		{"redlock {\n" + r + "fencing host\n}", "fencing: header Host cannot carry the token"},
+		{"redlock {\n" + r + "on_unavailable maybe\n}", `on_unavailable: want "fail" or "bypass"`},
+		{"redlock {\n" + r + "on_unavailable\n}", "on_unavailable: want exactly one argument"},
+	} {
+		var h Handler
+		err := h.UnmarshalCaddyfile(caddyfile.NewTestDispenser(tc.in))
+		if err == nil {
+			t.Errorf("%q: no error, want %q", tc.in, tc.want)
+			continue
+		}
+		if !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%q:\n got %v\nwant substring %q", tc.in, err, tc.want)
+		}
+		if strings.Contains(err.Error(), "secret") {
+			t.Errorf("%q: error shows a password: %v", tc.in, err)
+		}
+	}
+}
+
+// TestJSONErrors covers what only a JSON config can say wrong; Provision runs the same
+// checks (resolve) and prefixes "redlock: ".
+func TestJSONErrors(t *testing.T) {
+	ok := func() Handler { return Handler{Redis: []string{"127.0.0.1:6379"}} }
+	for _, tc := range []struct {
+		mod  func(h *Handler)
+		want string
+	}{
+		{func(h *Handler) { h.Redis = nil }, "redis: at least one node URL is required"},
+		{func(h *Handler) { h.Redis = []string{""} }, "redis: empty node URL"},
+		{func(h *Handler) { h.TTL = -1 }, "ttl: must be > 0"},
+		{func(h *Handler) { h.NodeTimeout = -1 }, "node_timeout: must be > 0"},
+		{func(h *Handler) { h.DriftFactor = 0.7 }, "drift_factor: must be > 0 and < 0.5"},
+		{func(h *Handler) { h.RenewInterval = -1 }, "renew_interval: must be > 0"},
+		{func(h *Handler) { w := dur(-1); h.Wait = &w }, "wait: must be >= 0"},
+		{func(h *Handler) { h.RetryDelay = []caddy.Duration{1, 2, 3} }, "retry_delay: want <min> [<max>], got 3 values"},
+		{func(h *Handler) { h.MaxHold = -1 }, "max_hold: must be >= 0"},
+		{func(h *Handler) { h.BusyStatus = 302 }, "busy_status: must be a 4xx or 5xx"},
+		{func(h *Handler) { h.FencingHeader = "X-F" }, "fencing_header: set but fencing is off"},
+		{func(h *Handler) { h.Fencing, h.FencingHeader = true, "a b" }, `fencing: "a b" is not a valid header name`},
+		{func(h *Handler) { h.Fencing, h.FencingHeader = true, "content-length" }, "header Content-Length cannot carry"},
+		{func(h *Handler) { h.OnUnavailable = "Bypass" }, `on_unavailable: must be "fail" or "bypass"`},
+		{func(h *Handler) { h.Prefix = "a\x00" }, "prefix: must not contain a NUL byte"},
+		{func(h *Handler) { h.Paths = []PathKey{{Path: "/a/{b"}} }, "path 1 (/a/{b)"},
+		{func(h *Handler) { h.Paths = []PathKey{{Path: "/a/{id}", Key: "{http.redlock.param.x}"}} }, "unknown capture"},
+		{func(h *Handler) { h.Key = "{path}" }, "{path} is a Caddyfile shorthand, outside a Caddyfile write {http.request.uri.path}"},
+	} {
+		h := ok()
+		tc.mod(&h)
+		_, err := h.resolve()
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("got %v, want %q", err, tc.want)
+		}
+	}
+}
+
+func TestCaseInsensitivePatterns(t *testing.T) {
+	k, err := newKeyer([]PathKey{{Path: "/Accounts/{ID}/*", Key: "acct:{ID}"}}, "", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := k.templates[0].Pattern(); got != "/accounts/{ID}/*" {
+		t.Errorf("pattern %q: literals must be lowercased, captures kept", got)
+	}
+	if _, ok := k.templates[0].Match("/accounts/x"); !ok {
+		t.Error("lowercased pattern does not match the folded path")
+	}
+}
+
+func TestRewritePathPlaceholder(t *testing.T) {
+	for in, want := range map[string]string{
+		"":                        "",
+		"{http.request.uri.path}": "{http.redlock.path}",
+		"a{http.request.uri.path}b{http.request.uri.path}": "a{http.redlock.path}b{http.redlock.path}",
+		`\{http.request.uri.path}`:                         `\{http.request.uri.path}`,
+		"{http.request.uri.path.0}":                        "{http.request.uri.path.0}",
+		"{http.request.host}":                              "{http.request.host}",
+	} {
+		if got := rewritePathPlaceholder(in); got != want {
+			t.Errorf("rewritePathPlaceholder(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+func TestRetryAfter(t *testing.T) {
+	for d, want := range map[time.Duration]string{0: "1", time.Millisecond: "1", time.Second: "1",
+		1001 * time.Millisecond: "2", 9500 * time.Millisecond: "10"} {
+		if got := retryAfter(d); got != want {
+			t.Errorf("retryAfter(%v) = %s, want %s", d, got, want)
+		}
+	}
+}

@@ -1,0 +1,208 @@
+package caddyredlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"go.uber.org/zap"
+
+	"github.com/caddy-redlock/caddy-redlock/redlock"
+)
+
+// statusClientClosedRequest is what Caddy's reverse_proxy records when the client went
+// away; there is no standard code.
+const statusClientClosedRequest = 499
+
+// ServeHTTP takes the request's lock, runs next while renewing it, and releases it when
+// next returns (also on error or panic: the release is deferred; see finish for requests
+// cut short).
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
+	repl, _ := r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer)
+	if repl == nil {
+		repl = caddy.NewReplacer()
+	}
+	if h.s.fencing {
+		// Only this handler may set the token: a client-sent value would let a stale
+		// writer pass the upstream's fencing check.
+		r.Header.Del(h.s.fencingHeader)
+	}
+	key, err := h.keys.render(r, repl)
+	if errors.Is(err, errUnlocked) {
+		repl.Set(phKey, "") // known, so "{http.redlock.key}" renders empty downstream
+		return next.ServeHTTP(w, r)
+	}
+	if err != nil {
+		return err
+	}
+	repl.Set(phKey, key)
+
+	if !h.locker.hold() {
+		// Only after Cleanup, for a request that arrived as its server was shutting down.
+		w.Header().Set("Retry-After", "1")
+		return caddyhttp.Error(http.StatusServiceUnavailable, errors.New("redlock: handler is shutting down"))
+	}
+	// One context for the wait and for next: cancelling it (lock lost, process exiting)
+	// stops whichever is running.
+	ctx, cancel := context.WithCancelCause(r.Context())
+	defer cancel(nil)
+	e := &inflight{owner: h, locker: h.locker.shared.id, key: key, method: r.Method,
+		uri: r.RequestURI, remote: r.RemoteAddr, since: time.Now(), cancel: cancel}
+	addInflight(e)
+	defer requestDone(e)
+
+	start := time.Now()
+	l, err := h.locker.shared.client.Acquire(ctx, key, redlock.AcquireOptions{
+		Wait: h.s.wait, TTL: h.s.ttl, Fencing: h.s.fencing,
+	})
+	wait := time.Since(start)
+	repl.Set(phWaitMS, wait.Milliseconds())
+	if err != nil {
+		removeInflight(e)
+		h.locker.drop()
+		return h.acquireFailed(w, r.WithContext(ctx), next, key, wait, err)
+	}
+	countAcquire(resultAcquired, wait)
+	// Runs on every way out, panics included. aborted is set only once next returned.
+	aborted := false
+	defer func() { h.finish(l, e, r, aborted) }()
+
+	if err := l.KeepAlive(h.s.renew, h.s.maxHold); err != nil {
+		// The lock lapsed between acquire and now (a very slow start): never run unlocked.
+		w.Header().Set("Retry-After", "1")
+		return caddyhttp.Error(http.StatusServiceUnavailable, fmt.Errorf("redlock: lock on %q lost before the request started: %w", key, err))
+	}
+	if h.s.fencing {
+		tok := strconv.FormatInt(l.Token(), 10)
+		r.Header.Set(h.s.fencingHeader, tok)
+		repl.Set(phToken, tok)
+	}
+	e.setHeld(l)
+	stop := h.watchLock(l, cancel, r)
+	defer stop() // on a panic in next; a no-op after the call below
+	err = next.ServeHTTP(w, r.WithContext(ctx))
+	stop()
+	aborted = ctx.Err() != nil
+	if cause := context.Cause(ctx); errors.Is(cause, redlock.ErrLost) && err != nil {
+		return fmt.Errorf("%w (request aborted: %v)", err, cause)
+	}
+	return err
+}
+
+// finish releases the lock of a request whose ServeHTTP is returning, and gives back the
+// request's reference to the locker.
+//
+// A request that was cut short while next ran (the client went away, the lock was lost,
+// max_hold, Caddy exiting) only stopped on Caddy's side: the upstream may not have
+// noticed yet and still be working on it. Its lock is therefore kept, renewed, for one
+// more ttl (state "draining") before it is released, so that the next holder does not
+// overlap a straggler. A request that completed, failed or panicked releases at once.
+func (h *Handler) finish(l *redlock.Lock, e *inflight, r *http.Request, aborted bool) {
+	if !aborted {
+		h.release(l, r)
+		removeInflight(e)
+		h.locker.drop()
+		return
+	}
+	e.setState(stateDraining)
+	// The timer owns the lock and the request's locker reference until it fires; it
+	// always fires (within one ttl), also on reloads and shutdown.
+	time.AfterFunc(h.s.ttl, func() {
+		h.release(l, r)
+		removeInflight(e)
+		h.locker.drop()
+	})
+}
+
+// acquireFailed answers a request whose lock could not be taken.
+func (h *Handler) acquireFailed(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler,
+	key string, wait time.Duration, err error) error {
+	var busy *redlock.BusyError
+	switch {
+	case r.Context().Err() != nil:
+		// Checked first: a round cut short by the cancellation can look like a node failure.
+		countAcquire(resultCancelled, wait)
+		return caddyhttp.Error(statusClientClosedRequest, fmt.Errorf("redlock: gave up waiting for key %q: %w", key, context.Cause(r.Context())))
+	case errors.As(err, &busy):
+		countAcquire(resultBusy, wait)
+		w.Header().Set("Retry-After", retryAfter(busy.RetryAfter))
+		return caddyhttp.Error(h.s.busyStatus, fmt.Errorf("redlock: key %q still busy after waiting %v: %w", key, wait.Round(time.Millisecond), err))
+	case errors.Is(err, redlock.ErrUnavailable), errors.Is(err, redlock.ErrClosed):
+		if h.s.bypass {
+			countAcquire(resultBypassed, wait)
+			h.logger.Warn("no Redis quorum: serving the request UNLOCKED (on_unavailable bypass)",
+				zap.String("key", key), zap.String("method", r.Method), zap.String("uri", r.RequestURI), zap.Error(err))
+			return next.ServeHTTP(w, r)
+		}
+		countAcquire(resultUnavailable, wait)
+		w.Header().Set("Retry-After", "1")
+		return caddyhttp.Error(http.StatusServiceUnavailable, fmt.Errorf("redlock: key %q: %w", key, err))
+	default:
+		countAcquire(resultError, wait)
+		return caddyhttp.Error(http.StatusInternalServerError, fmt.Errorf("redlock: acquiring key %q: %w", key, err))
+	}
+}
+
+// retryAfter formats a Retry-After value: whole seconds, rounded up, at least 1.
+func retryAfter(d time.Duration) string {
+	return strconv.Itoa(max(1, int(math.Ceil(d.Seconds()))))
+}
+
+// watchLock cancels the request the moment its lock is lost, so that reverse_proxy stops
+// proxying (and closes streams and websockets) instead of running on unlocked. The
+// returned stop ends the watcher and waits for it; it may be called more than once.
+func (h *Handler) watchLock(l *redlock.Lock, cancel context.CancelCauseFunc, r *http.Request) (stop func()) {
+	done := make(chan struct{})
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		select {
+		case <-done:
+			return
+		case <-l.Lost():
+		}
+		select {
+		case <-done: // the request ended first: nothing to abort
+			return
+		default:
+		}
+		lost := l.Err()
+		if !errors.Is(lost, redlock.ErrLost) {
+			return
+		}
+		cancel(lost)
+		reason := "unknown"
+		var le *redlock.LostError
+		if errors.As(lost, &le) {
+			reason = le.Reason
+		}
+		counters.lost.Add(1)
+		hooks.lost(reason)
+		h.logger.Error("redlock lock lost while the request ran: request aborted",
+			zap.String("key", l.Key()), zap.String("reason", reason), zap.Int("renewals", l.Renewals()),
+			zap.Duration("held", time.Since(l.AcquiredAt())),
+			zap.String("method", r.Method), zap.String("uri", r.RequestURI))
+	}()
+	var once sync.Once
+	return func() {
+		once.Do(func() { close(done) })
+		<-finished
+	}
+}
+
+// release gives the lock back. Release uses the request context's values but not its
+// cancellation, and is bounded by node_timeout.
+func (h *Handler) release(l *redlock.Lock, r *http.Request) {
+	err := l.Release(r.Context())
+	if err != nil && !errors.Is(err, redlock.ErrReleased) {
+		h.logger.Warn("redlock release did not reach a quorum; the rest expires after the ttl",
+			zap.String("key", l.Key()), zap.Error(err))
+	}
+}

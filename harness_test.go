@@ -1,0 +1,500 @@
+package caddyredlock
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/caddyconfig"
+	_ "github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile"
+	_ "github.com/caddyserver/caddy/v2/modules/caddyhttp/standard"
+	_ "github.com/caddyserver/caddy/v2/modules/filestorage"
+	_ "github.com/caddyserver/caddy/v2/modules/logging"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/caddy-redlock/caddy-redlock/internal/redistest"
+	"github.com/caddy-redlock/caddy-redlock/redlock"
+)
+
+// The tests run a real Caddy (in this process, one at a time, since Caddy's config is
+// process-global; or as cmd/caddy processes for several instances), real HTTP, and real
+// redis-server processes.
+
+// caddyBin is cmd/caddy, built once by TestMain for the multi-instance tests.
+var caddyBin string
+
+func TestMain(m *testing.M) {
+	os.Exit(runTests(m))
+}
+
+func runTests(m *testing.M) int {
+	tmp, err := os.MkdirTemp("", "caddy-redlock-test-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(tmp)
+	// Keep Caddy's autosave and storage out of $HOME.
+	os.Setenv("XDG_CONFIG_HOME", filepath.Join(tmp, "config"))
+	os.Setenv("XDG_DATA_HOME", filepath.Join(tmp, "data"))
+
+	caddyBin = filepath.Join(tmp, "caddy")
+	build := exec.Command("go", "build", "-o", caddyBin, "./cmd/caddy")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "building cmd/caddy:", err)
+		return 1
+	}
+	code := m.Run()
+	if code == 0 {
+		if leaked := leakedGoroutines(5 * time.Second); leaked != "" {
+			fmt.Fprintf(os.Stderr, "goroutines of this module still running after all tests:\n%s\n", leaked)
+			return 1
+		}
+	}
+	return code
+}
+
+// leakedGoroutines waits up to timeout for every goroutine running code of this module
+// (handler watchers, redlock clients) to end, and returns the stacks of those left.
+func leakedGoroutines(timeout time.Duration) string {
+	deadline := time.Now().Add(timeout)
+	for {
+		buf := make([]byte, 1<<20)
+		buf = buf[:runtime.Stack(buf, true)]
+		var left []string
+		for _, g := range strings.Split(string(buf), "\n\n") {
+			if strings.Contains(g, "caddy-redlock/caddy-redlock") && !strings.Contains(g, "leakedGoroutines") &&
+				!strings.Contains(g, "testing.(*M)") && !strings.Contains(g, "testing.tRunner") {
+				left = append(left, g)
+			}
+		}
+		if len(left) == 0 {
+			return ""
+		}
+		if time.Now().After(deadline) {
+			return strings.Join(left, "\n\n")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// freePort returns a loopback port that was free a moment ago.
+func freePort(t testing.TB) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("free port: %v", err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// adapt turns a Caddyfile into JSON, failing the test on errors.
+func adapt(t testing.TB, caddyfile string) []byte {
+	t.Helper()
+	out, _, err := caddyconfig.GetAdapter("caddyfile").Adapt([]byte(caddyfile), nil)
+	if err != nil {
+		t.Fatalf("adapting Caddyfile: %v\n%s", err, caddyfile)
+	}
+	return out
+}
+
+// site is one in-process Caddy serving http://127.0.0.1:port with the site body given.
+type site struct {
+	url      string // http://127.0.0.1:PORT
+	admin    string // http://127.0.0.1:PORT of the admin API
+	adminAdr string
+	port     int
+	logFile  string
+}
+
+// globalOptions are the test's global Caddyfile options: admin on its own port, logs
+// to a file (printed if the test fails), no HTTPS, no autosave.
+func (s *site) globalOptions() string {
+	return fmt.Sprintf(`{
+	admin %s
+	persist_config off
+	auto_https off
+	grace_period 10s
+	storage file_system %s
+	log {
+		output file %s
+		level DEBUG
+	}
+}
+`, s.adminAdr, filepath.Join(filepath.Dir(s.logFile), "storage"), s.logFile)
+}
+
+// caddyfile wraps a site body into a full Caddyfile for s.
+func (s *site) caddyfile(extraGlobal, body string) string {
+	g := s.globalOptions()
+	if extraGlobal != "" {
+		g = strings.Replace(g, "persist_config off", "persist_config off\n\t"+extraGlobal, 1)
+	}
+	return g + fmt.Sprintf("http://:%d {\n\tbind 127.0.0.1\n%s\n}\n", s.port, body)
+}
+
+// startCaddy runs a Caddyfile site body in this process until the test ends.
+func startCaddy(t *testing.T, extraGlobal, body string) *site {
+	t.Helper()
+	s := &site{port: freePort(t), logFile: filepath.Join(t.TempDir(), "caddy.log")}
+	s.adminAdr = fmt.Sprintf("localhost:%d", freePort(t))
+	s.url = fmt.Sprintf("http://127.0.0.1:%d", s.port)
+	s.admin = "http://" + s.adminAdr
+	cfg := adapt(t, s.caddyfile(extraGlobal, body))
+	if err := caddy.Load(cfg, true); err != nil {
+		t.Fatalf("loading config: %v\n%s", err, cfg)
+	}
+	t.Cleanup(func() {
+		if err := caddy.Stop(); err != nil {
+			t.Errorf("stopping caddy: %v", err)
+		}
+		if t.Failed() {
+			if dir := os.Getenv("REDLOCK_TEST_KEEP_LOGS"); dir != "" {
+				if b, err := os.ReadFile(s.logFile); err == nil {
+					_ = os.WriteFile(filepath.Join(dir, t.Name()+".caddy.log"), b, 0o644)
+				}
+			}
+			if b, err := os.ReadFile(s.logFile); err == nil {
+				t.Logf("caddy log, warnings and errors:\n%s\ncaddy log, last lines:\n%s", grepLevels(string(b)), tail(string(b), 30))
+			}
+		}
+	})
+	waitListening(t, s.port)
+	return s
+}
+
+// reload posts a new site body to the admin API (what `caddy reload` does).
+func (s *site) reload(t *testing.T, body string) {
+	t.Helper()
+	cfg := adapt(t, s.caddyfile("", body))
+	resp, err := http.Post(s.admin+"/load", "application/json", strings.NewReader(string(cfg)))
+	if err != nil {
+		t.Errorf("POST /load: %v", err)
+		return
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(resp.Body)
+		t.Errorf("POST /load: %s: %s", resp.Status, b)
+	}
+}
+
+// logContains reports whether Caddy's log has a line containing all parts.
+func (s *site) logContains(parts ...string) bool {
+	b, _ := os.ReadFile(s.logFile)
+	for _, line := range strings.Split(string(b), "\n") {
+		ok := true
+		for _, p := range parts {
+			ok = ok && strings.Contains(line, p)
+		}
+		if ok {
+			return true
+		}
+	}
+	return false
+}
+
+// grepLevels returns the log lines at warn level or above.
+func grepLevels(s string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, `"level":"warn"`) && strings.Contains(l, "HTTP/") && strings.Contains(l, "skipped") {
+			continue
+		}
+		if strings.Contains(l, `"level":"warn"`) || strings.Contains(l, `"level":"error"`) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
+}
+
+func tail(s string, lines int) string {
+	ls := strings.Split(s, "\n")
+	if len(ls) > lines {
+		ls = ls[len(ls)-lines:]
+	}
+	return strings.Join(ls, "\n")
+}
+
+// waitListening waits until something accepts connections on the loopback port.
+func waitListening(t testing.TB, port int) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		c, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", port), time.Second)
+		if err == nil {
+			c.Close()
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("nothing listens on port %d: %v", port, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// redisBlock is a redlock block's redis line for the servers.
+func redisLine(servers []*redistest.Server) string {
+	return "redis " + strings.Join(redistest.URLs(servers), " ")
+}
+
+// lockKeysOn lists the lock keys (not fencing counters or channels, which contain a NUL)
+// under prefix on every running, unpaused server.
+func lockKeysOn(t testing.TB, servers []*redistest.Server, prefix string) []string {
+	t.Helper()
+	var out []string
+	for _, s := range servers {
+		if !s.Running() || s.Paused() {
+			continue
+		}
+		c := redis.NewClient(&redis.Options{Addr: s.Addr()})
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		keys, err := c.Keys(ctx, prefix+"*").Result()
+		cancel()
+		c.Close()
+		if err != nil {
+			t.Fatalf("KEYS on %s: %v", s.Addr(), err)
+		}
+		for _, k := range keys {
+			if !strings.ContainsRune(k, 0) {
+				out = append(out, s.Addr()+" "+k)
+			}
+		}
+	}
+	return out
+}
+
+// eventually polls cond every 20ms until it holds or timeout passes.
+func eventually(timeout time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(timeout)
+	for {
+		if cond() {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// noKeysLeft fails the test if lock keys under prefix remain (releases are bounded by
+// node_timeout, so a short wait is enough).
+func noKeysLeft(t testing.TB, servers []*redistest.Server, prefix string) {
+	t.Helper()
+	var left []string
+	if !eventually(3*time.Second, func() bool { left = lockKeysOn(t, servers, prefix); return len(left) == 0 }) {
+		t.Errorf("lock keys left in Redis: %q", left)
+	}
+}
+
+// upstream is a real HTTP backend that counts, per lock key (the X-Lock-Key header set
+// by Caddy from {http.redlock.key}), how many requests are inside at once.
+type upstream struct {
+	srv   *http.Server
+	addr  string
+	delay time.Duration
+
+	mu         sync.Mutex
+	inside     map[string]int
+	overlaps   int // entries that found another request with the same key inside
+	nowInside  int
+	maxInside  int // most requests inside at once, any keys
+	hits       int
+	tokens     map[string][]string // fencing tokens seen, per key, in arrival order
+	paths      []string
+	keys       []string
+	overlapLog []string
+	insideIDs  map[string][]string // request ids (X-Req-Id) inside, per key
+}
+
+// newUpstream starts an upstream on a free port; handle, if set, serves the request after
+// the bookkeeping (default: sleep delay and answer 200).
+func newUpstream(t *testing.T, delay time.Duration, handle func(w http.ResponseWriter, r *http.Request)) *upstream {
+	t.Helper()
+	u := &upstream{delay: delay, inside: map[string]int{}, tokens: map[string][]string{}, insideIDs: map[string][]string{}}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.addr = ln.Addr().String()
+	u.srv = &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		key := r.Header.Get("X-Lock-Key")
+		u.enter(key, r)
+		defer u.leave(key, r)
+		if handle != nil {
+			handle(w, r)
+			return
+		}
+		select {
+		case <-time.After(u.delay):
+		case <-r.Context().Done():
+			return
+		}
+		w.Header().Set("X-Seen-Key", key)
+		w.Header().Set("X-Seen-Token", r.Header.Get("Redlock-Fencing-Token"))
+		io.WriteString(w, "ok "+key)
+	})}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = u.srv.Serve(ln)
+	}()
+	t.Cleanup(func() {
+		_ = u.srv.Close()
+		<-done
+	})
+	return u
+}
+
+func (u *upstream) enter(key string, r *http.Request) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	u.hits++
+	u.inside[key]++
+	id := r.Header.Get("X-Req-Id")
+	if u.inside[key] > 1 {
+		u.overlaps++
+		u.overlapLog = append(u.overlapLog, fmt.Sprintf("%s %s %s id=%s entered while %q inside (%d inside)",
+			time.Now().Format("15:04:05.000000"), key, r.URL, id, u.insideIDs[key], u.inside[key]))
+	}
+	u.insideIDs[key] = append(u.insideIDs[key], id)
+	u.nowInside++
+	u.maxInside = max(u.maxInside, u.nowInside)
+	u.tokens[key] = append(u.tokens[key], r.Header.Get("Redlock-Fencing-Token"))
+	u.paths = append(u.paths, r.URL.Path)
+	u.keys = append(u.keys, key)
+}
+
+func (u *upstream) leave(key string, r *http.Request) {
+	u.mu.Lock()
+	ids := u.insideIDs[key]
+	for i, id := range ids {
+		if id == r.Header.Get("X-Req-Id") {
+			u.insideIDs[key] = append(ids[:i:i], ids[i+1:]...)
+			break
+		}
+	}
+	u.inside[key]--
+	u.nowInside--
+	u.mu.Unlock()
+}
+
+// snapshot returns hits, same-key overlaps and the most requests inside at once.
+func (u *upstream) snapshot() (hits, overlaps, maxInside int) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.hits, u.overlaps, u.maxInside
+}
+
+func (u *upstream) seenKeys() []string {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return append([]string(nil), u.keys...)
+}
+
+// proxyTo is the reverse_proxy block every test site uses: it passes the lock key so the
+// upstream can count per key.
+//
+// Responses are not flushed early: a client that has the whole response and closes the
+// connection before the handler returns looks like a client that went away mid-request
+// (its lock then drains for a ttl). proxyStreaming flushes, for the streaming tests.
+func proxyTo(u *upstream) string {
+	return fmt.Sprintf(`	reverse_proxy %s {
+		header_up X-Lock-Key {http.redlock.key}
+	}`, u.addr)
+}
+
+func proxyStreaming(u *upstream) string {
+	return fmt.Sprintf(`	reverse_proxy %s {
+		header_up X-Lock-Key {http.redlock.key}
+		flush_interval -1
+	}`, u.addr)
+}
+
+// get sends one request and returns the status, body and response headers.
+func get(t testing.TB, c *http.Client, method, url string, hdr http.Header) (int, string, http.Header) {
+	t.Helper()
+	req, err := http.NewRequest(method, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range hdr {
+		req.Header[k] = v
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Errorf("%s %s: %v", method, url, err)
+		return 0, "", nil
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b), resp.Header
+}
+
+// rawRequest sends a request line as given (clients clean paths; attackers don't) and
+// returns the status code.
+func rawRequest(t testing.TB, hostport, method, target string, headers ...string) int {
+	t.Helper()
+	c, err := net.DialTimeout("tcp", hostport, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(15 * time.Second))
+	req := fmt.Sprintf("%s %s HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n", method, target, hostport)
+	for _, h := range headers {
+		req += h + "\r\n"
+	}
+	if _, err := io.WriteString(c, req+"\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatalf("%s %s: reading response: %v", method, target, err)
+	}
+	defer resp.Body.Close()
+	_, _ = io.Copy(io.Discard, resp.Body)
+	return resp.StatusCode
+}
+
+// holdKey takes key with a plain redlock client on the same nodes and prefix (what any
+// other Redlock client would do) and returns the function that releases it.
+func holdKey(t *testing.T, servers []*redistest.Server, prefix, key string, ttl time.Duration) (release func()) {
+	t.Helper()
+	c, err := redlock.New(redistest.URLs(servers), redlock.Options{Prefix: prefix, TTL: ttl, NodeTimeout: 500 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := c.Acquire(context.Background(), key, redlock.AcquireOptions{})
+	if err != nil {
+		c.Close()
+		t.Fatalf("holding %q: %v", key, err)
+	}
+	if err := l.KeepAlive(ttl/3, 0); err != nil {
+		t.Fatal(err)
+	}
+	var once sync.Once
+	release = func() {
+		once.Do(func() {
+			_ = l.Release(context.Background())
+			_ = c.Close()
+		})
+	}
+	t.Cleanup(release)
+	return release
+}

@@ -1,0 +1,368 @@
+// Package caddyredlock is a Caddy HTTP handler that serializes requests to a resource
+// across Caddy instances with a Redlock on N independent Redis masters: the lock key is
+// rendered from the request path, the lock is renewed while the next handler runs (also
+// for long streamed responses), and released when it returns.
+package caddyredlock
+
+import (
+	"fmt"
+	"net"
+	"net/textproto"
+	"net/url"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"go.uber.org/zap"
+	"golang.org/x/net/http/httpguts"
+)
+
+func init() {
+	caddy.RegisterModule(Handler{})
+}
+
+// Handler is the `http.handlers.redlock` module. Every JSON field mirrors the Caddyfile
+// option of the same name; zero values mean the documented default.
+type Handler struct {
+	// Redis node URLs, one per independent master: redis://[user:pass@]host:port[/db],
+	// rediss://... (TLS) or host:port. Placeholders such as {env.REDIS_PASS} are
+	// expanded at provision. Required.
+	Redis []string `json:"redis,omitempty"`
+	// Paths are path templates, tried in order; the first match gives the key.
+	Paths []PathKey `json:"paths,omitempty"`
+	// Key is the key template. Without paths it applies to every request (default
+	// {http.request.uri.path}, the normalized path); with paths it is the key for
+	// requests no path template matches (without it those requests are not locked).
+	Key string `json:"key,omitempty"`
+	// CaseInsensitive lowercases the normalized path (and pattern literals), so
+	// /Doc and /doc take the same lock.
+	CaseInsensitive bool `json:"case_insensitive,omitempty"`
+	// Prefix is prepended to every lock key in Redis. Default "redlock:".
+	Prefix string `json:"prefix,omitempty"`
+	// TTL is the lock validity per acquire or renewal. Default 10s.
+	TTL caddy.Duration `json:"ttl,omitempty"`
+	// RenewInterval is how often a held lock is renewed. Default ttl/3.
+	RenewInterval caddy.Duration `json:"renew_interval,omitempty"`
+	// Wait is how long a request may wait for a busy key; 0 fails at once. Default 5s.
+	// A pointer because 0 is meaningful.
+	Wait *caddy.Duration `json:"wait,omitempty"`
+	// RetryDelay is [min] or [min, max]: the jittered delay between tries when no
+	// release notice arrives. Default [25ms, 250ms].
+	RetryDelay []caddy.Duration `json:"retry_delay,omitempty"`
+	// NodeTimeout bounds every command to one node. Default 100ms; must be < ttl.
+	NodeTimeout caddy.Duration `json:"node_timeout,omitempty"`
+	// DriftFactor is the clock drift allowance as a fraction of the ttl, in (0, 0.5).
+	// Default 0.01.
+	DriftFactor float64 `json:"drift_factor,omitempty"`
+	// MaxHold caps the total hold time: when it is reached the lock is given up and the
+	// request aborted. Default 0: no cap.
+	MaxHold caddy.Duration `json:"max_hold,omitempty"`
+	// BusyStatus is the status when the wait runs out (with Retry-After). Default 423.
+	BusyStatus int `json:"busy_status,omitempty"`
+	// Fencing adds a fencing token to every lock, sent upstream in FencingHeader.
+	Fencing bool `json:"fencing,omitempty"`
+	// FencingHeader is the request header carrying the token. Default Redlock-Fencing-Token.
+	FencingHeader string `json:"fencing_header,omitempty"`
+	// OnUnavailable is "fail" (503 + Retry-After, the default) or "bypass" (proxy
+	// unlocked, logged) when no quorum of nodes can be reached.
+	OnUnavailable string `json:"on_unavailable,omitempty"`
+
+	s      *settings
+	keys   *keyer
+	locker *lockerLease
+	logger *zap.Logger
+	active *atomic.Int64 // requests of this handler that are waiting or holding
+}
+
+// PathKey is one `path <template> [<key>]` line.
+type PathKey struct {
+	Path string `json:"path"`
+	Key  string `json:"key,omitempty"`
+}
+
+// CaddyModule returns the Caddy module information.
+func (Handler) CaddyModule() caddy.ModuleInfo {
+	return caddy.ModuleInfo{
+		ID:  "http.handlers.redlock",
+		New: func() caddy.Module { return new(Handler) },
+	}
+}
+
+// Provision validates the configuration and attaches the handler to a shared locker.
+func (h *Handler) Provision(ctx caddy.Context) error {
+	h.logger = ctx.Logger()
+	s, err := h.resolve()
+	if err != nil {
+		return fmt.Errorf("redlock: %w", err)
+	}
+	k, err := newKeyer(h.Paths, h.Key, h.CaseInsensitive)
+	if err != nil {
+		return fmt.Errorf("redlock: %w", err)
+	}
+	urls, err := expandURLs(s.urls)
+	if err != nil {
+		return fmt.Errorf("redlock: %w", err)
+	}
+	lease, err := openLocker(urls, s)
+	if err != nil {
+		return fmt.Errorf("redlock: redis: %w", err)
+	}
+	h.s, h.keys, h.locker, h.active = s, k, lease, new(atomic.Int64)
+	for _, w := range lease.shared.client.Warnings() {
+		h.logger.Warn("redlock configuration", zap.String("warning", w), zap.String("locker", lease.shared.name))
+	}
+	if s.renew > s.ttl/2 {
+		h.logger.Warn("redlock renew_interval is more than half the ttl: one slow renewal can lose the lock",
+			zap.Duration("renew_interval", s.renew), zap.Duration("ttl", s.ttl))
+	}
+	return nil
+}
+
+// Validate is a no-op: Provision already refused every invalid option (it has to, as it
+// connects to the nodes), and Validate runs after it.
+func (h *Handler) Validate() error { return nil }
+
+// Cleanup gives up this handler's use of its locker. On a reload it leaves running
+// requests alone (the locker stays open until they are done); when the process exits it
+// aborts them so their locks are released instead of lingering for a ttl.
+func (h *Handler) Cleanup() error {
+	if caddy.Exiting() && h.s != nil {
+		h.abortInflight(h.s.nodeTimeout + time.Second)
+	}
+	if h.locker != nil {
+		h.locker.drop()
+	}
+	return nil
+}
+
+// settings are the resolved options with defaults applied.
+type settings struct {
+	urls          []string
+	prefix        string
+	ttl           time.Duration
+	renew         time.Duration
+	wait          time.Duration
+	retryMin      time.Duration
+	retryMax      time.Duration
+	nodeTimeout   time.Duration
+	drift         float64
+	maxHold       time.Duration
+	busyStatus    int
+	fencing       bool
+	fencingHeader string
+	bypass        bool
+}
+
+// Defaults of the handler (the redlock package has the same for the shared ones).
+const (
+	defaultPrefix        = "redlock:"
+	defaultTTL           = 10 * time.Second
+	defaultWait          = 5 * time.Second
+	defaultRetryMin      = 25 * time.Millisecond
+	defaultRetryMax      = 250 * time.Millisecond
+	defaultNodeTimeout   = 100 * time.Millisecond
+	defaultDriftFactor   = 0.01
+	defaultBusyStatus    = 423
+	defaultFencingHeader = "Redlock-Fencing-Token"
+)
+
+// resolve applies defaults and checks every option, naming it in the error. It does not
+// touch the network, so the Caddyfile adapter runs it too.
+func (h *Handler) resolve() (*settings, error) {
+	s := &settings{
+		prefix: h.Prefix, ttl: time.Duration(h.TTL), renew: time.Duration(h.RenewInterval),
+		wait: defaultWait, nodeTimeout: time.Duration(h.NodeTimeout), drift: h.DriftFactor,
+		maxHold: time.Duration(h.MaxHold), busyStatus: h.BusyStatus, fencing: h.Fencing,
+		fencingHeader: h.FencingHeader,
+	}
+	if len(h.Redis) == 0 {
+		return nil, fmt.Errorf("redis: at least one node URL is required")
+	}
+	for _, u := range h.Redis {
+		if err := checkNodeURL(u); err != nil {
+			return nil, fmt.Errorf("redis: %w", err)
+		}
+	}
+	s.urls = append([]string(nil), h.Redis...)
+	if s.prefix == "" {
+		s.prefix = defaultPrefix
+	}
+	if strings.ContainsRune(s.prefix, 0) {
+		return nil, fmt.Errorf("prefix: must not contain a NUL byte")
+	}
+	if s.ttl == 0 {
+		s.ttl = defaultTTL
+	}
+	if s.nodeTimeout == 0 {
+		s.nodeTimeout = defaultNodeTimeout
+	}
+	if s.drift == 0 {
+		s.drift = defaultDriftFactor
+	}
+	switch {
+	case s.ttl < 0:
+		return nil, fmt.Errorf("ttl: must be > 0, got %v", s.ttl)
+	case s.nodeTimeout < 0:
+		return nil, fmt.Errorf("node_timeout: must be > 0, got %v", s.nodeTimeout)
+	case s.nodeTimeout >= s.ttl:
+		return nil, fmt.Errorf("node_timeout (%v) must be smaller than ttl (%v)", s.nodeTimeout, s.ttl)
+	case s.drift < 0 || s.drift >= 0.5:
+		return nil, fmt.Errorf("drift_factor: must be > 0 and < 0.5, got %v", s.drift)
+	case time.Duration(float64(s.ttl)*s.drift)+2*time.Millisecond+s.nodeTimeout >= s.ttl:
+		return nil, fmt.Errorf("ttl (%v) leaves no validity after node_timeout and drift_factor", s.ttl)
+	}
+	if s.renew == 0 {
+		s.renew = s.ttl / 3
+	}
+	if s.renew < 0 || s.renew >= s.ttl {
+		return nil, fmt.Errorf("renew_interval: must be > 0 and smaller than ttl (%v), got %v", s.ttl, s.renew)
+	}
+	if h.Wait != nil {
+		s.wait = time.Duration(*h.Wait)
+	}
+	if s.wait < 0 {
+		return nil, fmt.Errorf("wait: must be >= 0, got %v", s.wait)
+	}
+	if err := s.resolveRetry(h.RetryDelay); err != nil {
+		return nil, err
+	}
+	if s.maxHold < 0 {
+		return nil, fmt.Errorf("max_hold: must be >= 0 (0 = no cap), got %v", s.maxHold)
+	}
+	if s.busyStatus == 0 {
+		s.busyStatus = defaultBusyStatus
+	}
+	if s.busyStatus < 400 || s.busyStatus > 599 {
+		return nil, fmt.Errorf("busy_status: must be a 4xx or 5xx status code, got %d", s.busyStatus)
+	}
+	if err := s.resolveFencing(); err != nil {
+		return nil, err
+	}
+	switch h.OnUnavailable {
+	case "", "fail":
+	case "bypass":
+		s.bypass = true
+	default:
+		return nil, fmt.Errorf(`on_unavailable: must be "fail" or "bypass", got %q`, h.OnUnavailable)
+	}
+	if _, err := newKeyer(h.Paths, h.Key, h.CaseInsensitive); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+func (s *settings) resolveRetry(rd []caddy.Duration) error {
+	switch len(rd) {
+	case 0:
+		s.retryMin, s.retryMax = defaultRetryMin, defaultRetryMax
+		return nil
+	case 1:
+		s.retryMin, s.retryMax = time.Duration(rd[0]), time.Duration(rd[0])
+	case 2:
+		s.retryMin, s.retryMax = time.Duration(rd[0]), time.Duration(rd[1])
+	default:
+		return fmt.Errorf("retry_delay: want <min> [<max>], got %d values", len(rd))
+	}
+	// A zero max would read as "unset" to the redlock package and turn into its default.
+	if s.retryMin < 0 || s.retryMax <= 0 || s.retryMax < s.retryMin {
+		return fmt.Errorf("retry_delay: must satisfy 0 <= min <= max and max > 0, got %v %v", s.retryMin, s.retryMax)
+	}
+	return nil
+}
+
+// forbiddenFencingHeaders would change how the request is framed or routed.
+var forbiddenFencingHeaders = map[string]bool{
+	"Host": true, "Content-Length": true, "Transfer-Encoding": true, "Connection": true,
+	"Upgrade": true, "Te": true, "Trailer": true, "Keep-Alive": true, "Proxy-Connection": true,
+}
+
+func (s *settings) resolveFencing() error {
+	if s.fencingHeader == "" {
+		s.fencingHeader = defaultFencingHeader
+		return nil
+	}
+	if !s.fencing {
+		return fmt.Errorf("fencing_header: set but fencing is off")
+	}
+	if !validHeaderName(s.fencingHeader) {
+		return fmt.Errorf("fencing: %q is not a valid header name", s.fencingHeader)
+	}
+	s.fencingHeader = canonicalHeader(s.fencingHeader)
+	if forbiddenFencingHeaders[s.fencingHeader] {
+		return fmt.Errorf("fencing: header %s cannot carry the token", s.fencingHeader)
+	}
+	return nil
+}
+
+// checkNodeURL checks the form of a node URL without connecting. URLs with placeholders
+// are checked after expansion, at provision.
+func checkNodeURL(raw string) error {
+	if strings.Contains(raw, "{") {
+		return nil
+	}
+	if strings.TrimSpace(raw) == "" {
+		return fmt.Errorf("empty node URL")
+	}
+	if !strings.Contains(raw, "://") {
+		host, port, err := net.SplitHostPort(raw)
+		if err != nil || host == "" || port == "" {
+			return fmt.Errorf("node %q: want redis://host:port, rediss://host:port or host:port", raw)
+		}
+		return nil
+	}
+	u, err := url.Parse(raw)
+	if err != nil {
+		return fmt.Errorf("node %q: not a valid URL", redactURL(raw))
+	}
+	if u.Scheme != "redis" && u.Scheme != "rediss" {
+		return fmt.Errorf("node %q: scheme must be redis or rediss", redactURL(raw))
+	}
+	if u.Hostname() == "" {
+		return fmt.Errorf("node %q: no host", redactURL(raw))
+	}
+	return nil
+}
+
+// redactURL hides the user info of a URL (it may hold a password).
+func redactURL(raw string) string {
+	scheme := strings.Index(raw, "://")
+	at := strings.LastIndexByte(raw, '@')
+	if scheme < 0 || at < scheme {
+		return raw
+	}
+	return raw[:scheme+3] + "xxxxx" + raw[at:]
+}
+
+// expandURLs expands global placeholders ({env.X}, {file.path}) in node URLs, so that
+// passwords can stay out of the config.
+func expandURLs(raw []string) ([]string, error) {
+	repl := caddy.NewReplacer()
+	out := make([]string, len(raw))
+	for i, u := range raw {
+		exp, err := repl.ReplaceOrErr(u, true, true)
+		if err != nil {
+			return nil, fmt.Errorf("redis: node %d: %w", i+1, err)
+		}
+		if err := checkNodeURL(exp); err != nil {
+			return nil, fmt.Errorf("redis: node %d after expansion: %w", i+1, err)
+		}
+		out[i] = exp
+	}
+	return out, nil
+}
+
+func validHeaderName(s string) bool { return httpguts.ValidHeaderFieldName(s) }
+
+func canonicalHeader(s string) string { return textproto.CanonicalMIMEHeaderKey(s) }
+
+// Interface guards
+var (
+	_ caddy.Provisioner           = (*Handler)(nil)
+	_ caddy.Validator             = (*Handler)(nil)
+	_ caddy.CleanerUpper          = (*Handler)(nil)
+	_ caddyhttp.MiddlewareHandler = (*Handler)(nil)
+	_ caddyfile.Unmarshaler       = (*Handler)(nil)
+)
