@@ -1,0 +1,127 @@
+package main
+
+import (
+	"bytes"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+)
+
+// These tests check the harness's own logic. They make no timing assertions.
+
+func TestSummarize(t *testing.T) {
+	var s []time.Duration
+	for i := 100; i >= 1; i-- {
+		s = append(s, time.Duration(i)*time.Microsecond)
+	}
+	l := summarize(s)
+	if l.N != 100 || l.P50 != 50 || l.P99 != 99 || l.Max != 100 {
+		t.Fatalf("summarize = %+v", l)
+	}
+	if (summarize(nil) != latency{}) {
+		t.Fatal("empty input must give zero")
+	}
+}
+
+func TestOvertakeCounts(t *testing.T) {
+	ms := time.Millisecond
+	fifo := []entry{{0, 1 * ms}, {1, 2 * ms}, {0, 5 * ms}, {1, 6 * ms}, {0, 9 * ms}}
+	for _, c := range overtakeCounts(fifo, 2) {
+		if c != 0 {
+			t.Fatalf("FIFO entries overtaken: %v", overtakeCounts(fifo, 2))
+		}
+	}
+	// Instance 0: the request sent at 1ms enters after two later-sent ones.
+	swapped := []entry{{0, 5 * ms}, {0, 9 * ms}, {0, 1 * ms}}
+	got := summarizeOvertakes(overtakeCounts(swapped, 1))
+	if got.Max != 2 || got.Fraction < 0.33 || got.Fraction > 0.34 {
+		t.Fatalf("overtakes = %+v", got)
+	}
+	// Within the 1ms slack, order is not judged.
+	if c := overtakeCounts([]entry{{0, 1500 * time.Microsecond}, {0, 1 * ms}}, 1); c[1] != 0 {
+		t.Fatalf("slack not applied: %v", c)
+	}
+}
+
+func TestCmdCount(t *testing.T) {
+	c := newCmdCount(map[string]int64{"evalsha": 20, "get": 20, "set": 10, "del": 10, "publish": 10}, 2, redlockInner)
+	if c.TopLevel != 10 || c.Calls != 35 {
+		t.Fatalf("redlock: %+v", c)
+	}
+	if !strings.HasPrefix(c.short(), "evalsha 10.0, get 10.0") {
+		t.Fatalf("short = %q", c.short())
+	}
+	c = newCmdCount(map[string]int64{"evalsha": 5, "get": 5, "set": 5, "del": 5}, 1, redsyncInner)
+	if c.TopLevel != 10 {
+		t.Fatalf("redsync: %+v", c)
+	}
+}
+
+func TestAlternate(t *testing.T) {
+	var order []int
+	alternate(3, 3, func(i, _ int) { order = append(order, i) })
+	want := []int{0, 1, 2, 2, 1, 0, 0, 1, 2}
+	for i := range want {
+		if order[i] != want[i] {
+			t.Fatalf("order = %v, want %v", order, want)
+		}
+	}
+}
+
+func TestCaddyfile(t *testing.T) {
+	cf := caddyfile(2999, "127.0.0.1:8000", []caddySite{{name: "plain"},
+		{name: "n3", redis: []string{"redis://a:1", "redis://b:2", "redis://c:3"}, wait: 30 * time.Second}}, []int{9001, 9002})
+	for _, want := range []string{"admin localhost:2999", ":9001 {\n\tbind 127.0.0.1\n\treverse_proxy 127.0.0.1:8000\n}",
+		"redis redis://a:1 redis://b:2 redis://c:3", "path /r/{id} res:{id}", "wait 30s"} {
+		if !strings.Contains(cf, want) {
+			t.Fatalf("Caddyfile lacks %q:\n%s", want, cf)
+		}
+	}
+}
+
+func TestTable(t *testing.T) {
+	tb := &table{title: "T", head: []string{"a", "bb"}}
+	tb.add("x", "1")
+	var txt, md bytes.Buffer
+	tb.text(&txt)
+	tb.markdown(&md)
+	if !strings.Contains(txt.String(), "x   1") || !strings.Contains(md.String(), "| x | 1 |") {
+		t.Fatalf("text:\n%s\nmarkdown:\n%s", txt.String(), md.String())
+	}
+}
+
+// The upstream must report two requests for one key inside at once, and only then.
+func TestUpstreamViolation(t *testing.T) {
+	u, err := startUpstream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer u.close()
+	get := func(path string) {
+		resp, err := http.Get("http://" + u.addr + path)
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		resp.Body.Close()
+	}
+	get("/r/a")
+	get("/r/a")
+	if n, _ := u.violationCount(); n != 0 {
+		t.Fatalf("sequential requests counted as violations: %d", n)
+	}
+	done := make(chan struct{})
+	go func() { get("/r/b?hold=gate"); close(done) }()
+	if err := waitFor(5*time.Second, func() bool { return u.inFlight.Load() == 1 }); err != nil {
+		t.Fatal(err)
+	}
+	get("/r/c") // another key: fine
+	get("/r/b") // same key while the first is inside: a violation
+	u.openGate()
+	<-done
+	n, log := u.violationCount()
+	if n != 1 || len(log) != 1 || !strings.Contains(log[0], `key "b"`) {
+		t.Fatalf("violations = %d %v", n, log)
+	}
+}

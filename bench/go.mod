@@ -1,0 +1,19 @@
+module github.com/caddy-redlock/caddy-redlock/bench
+
+go 1.26.0
+
+replace github.com/caddy-redlock/caddy-redlock => ../
+
+require (
+	github.com/caddy-redlock/caddy-redlock v0.0.0-00010101000000-000000000000
+	github.com/go-redsync/redsync/v4 v4.18.1
+	github.com/redis/go-redis/v9 v9.23.0
+)
+
+require (
+	github.com/cespare/xxhash/v2 v2.3.0 // indirect
+	go.uber.org/atomic v1.12.0 // indirect
+	go.uber.org/multierr v1.11.0 // indirect
+	go.uber.org/zap v1.28.0 // indirect
+	golang.org/x/sys v0.48.0 // indirect
+)

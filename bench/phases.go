@@ -1,0 +1,163 @@
+package main
+
+import (
+	"fmt"
+	"time"
+)
+
+const (
+	nameCaddyPlain   = "Caddy reverse_proxy (plain)"
+	nameCaddyRedlock = "Caddy + redlock"
+	nameGoPlain      = "Go proxy (plain)"
+	nameRedsync      = "Go proxy + redsync"
+	nameRedsyncTuned = "Go proxy + redsync tuned 1-5ms"
+)
+
+// runHTTP starts the front ends and measures items 3 (and 5, uncontended) and 4 (and 5, hot).
+func runHTTP(res *results, f flags, cfg config, dir, caddyBin string, up *upstream, nodes []*redisNode,
+	want func(string) bool, fail func(string, error)) {
+	var started []*frontend
+	defer func() {
+		for _, fe := range started {
+			fe.stop()
+			res.noteLogs(fe)
+		}
+	}()
+	start := func(fe *frontend, err error) *frontend {
+		if err != nil {
+			fail("start front end", err)
+			return nil
+		}
+		started = append(started, fe)
+		return fe
+	}
+	conns := cfg.Clients + cfg.HotClients
+	target := func(fe *frontend, site string) *httpTarget {
+		t := newTarget(fe.name+"/"+site, fe.sites[site], conns)
+		frontendOfTarget[t] = fe
+		return t
+	}
+	wait := 30 * time.Second
+	progress("starting front ends...\n")
+	var overhead, hot []httpVariant
+	if caddyBin != "" {
+		sites := []caddySite{{name: "plain"}, {name: "n1", redis: urls(nodes[:1]), wait: wait},
+			{name: "n3", redis: urls(nodes[:3]), wait: wait}, {name: "n5", redis: urls(nodes), wait: wait}}
+		a := start(startCaddy(caddyBin, dir, "caddy-a", up.addr, sites))
+		b := start(startCaddy(caddyBin, dir, "caddy-b", up.addr, sites))
+		if a != nil && b != nil {
+			base := len(overhead)
+			overhead = append(overhead, httpVariant{name: nameCaddyPlain, kind: "caddy", baseline: base,
+				targets: []*httpTarget{target(a, "plain")}})
+			for _, n := range []int{1, 3, 5} {
+				overhead = append(overhead, httpVariant{name: fmt.Sprintf("%s, N=%d", nameCaddyRedlock, n), kind: "caddy",
+					locked: true, n: n, inner: redlockInner, baseline: base, targets: []*httpTarget{target(a, fmt.Sprintf("n%d", n))}})
+			}
+			hot = append(hot, httpVariant{name: nameCaddyRedlock + ", N=5", kind: "caddy", locked: true, n: 5, inner: redlockInner,
+				targets: []*httpTarget{target(a, "n5"), target(b, "n5")}},
+				// One instance: the local queue's handoff alone, without cross-instance contention.
+				httpVariant{name: nameCaddyRedlock + ", N=5, 1 instance", kind: "caddy", locked: true, n: 5, inner: redlockInner,
+					targets: []*httpTarget{target(a, "n5")}})
+		}
+	}
+	goPlain := start(startProxy(dir, up.addr, proxyOpts{name: "go-plain", wait: wait}))
+	rs := map[int]*frontend{}
+	for _, n := range []int{1, 3, 5} {
+		rs[n] = start(startProxy(dir, up.addr, proxyOpts{name: fmt.Sprintf("redsync-n%d", n), redis: urls(nodes[:n]), wait: wait}))
+	}
+	rsB := start(startProxy(dir, up.addr, proxyOpts{name: "redsync-n5-b", redis: urls(nodes), wait: wait}))
+	tuned := proxyOpts{redis: urls(nodes), wait: wait, retryMin: time.Millisecond, retryMax: 5 * time.Millisecond}
+	tuned.name = "redsync-tuned-a"
+	tA := start(startProxy(dir, up.addr, tuned))
+	tuned.name = "redsync-tuned-b"
+	tB := start(startProxy(dir, up.addr, tuned))
+	if goPlain != nil && rs[1] != nil && rs[3] != nil && rs[5] != nil {
+		base := len(overhead)
+		overhead = append(overhead, httpVariant{name: nameGoPlain, kind: "go", baseline: base,
+			targets: []*httpTarget{target(goPlain, "main")}})
+		for _, n := range []int{1, 3, 5} {
+			overhead = append(overhead, httpVariant{name: fmt.Sprintf("%s, N=%d", nameRedsync, n), kind: "go", locked: true,
+				n: n, inner: redsyncInner, baseline: base, targets: []*httpTarget{target(rs[n], "main")}})
+		}
+	}
+	if rs[5] != nil && rsB != nil {
+		hot = append(hot, httpVariant{name: nameRedsync + ", N=5", kind: "go", locked: true, n: 5, inner: redsyncInner,
+			targets: []*httpTarget{target(rs[5], "main"), target(rsB, "main")}})
+	}
+	if tA != nil && tB != nil {
+		hot = append(hot, httpVariant{name: nameRedsyncTuned + ", N=5", kind: "go", locked: true, n: 5, inner: redsyncInner,
+			targets: []*httpTarget{target(tA, "main"), target(tB, "main")}})
+	}
+	defer func() {
+		for _, v := range append(overhead, hot...) {
+			for _, t := range v.targets {
+				t.close()
+			}
+		}
+	}()
+
+	var err error
+	if want("http") && len(overhead) > 0 {
+		progress("3. through the proxy, unique keys (%d variants × %d rounds × %v)...\n", len(overhead), cfg.Rounds, cfg.HTTPDur)
+		bg := newBGMeter()
+		if res.Overhead, err = measureOverhead(overhead, up, nodes, cfg); err != nil {
+			fail("overhead", err)
+		}
+		noteBackground(res, "3. unique keys", bg)
+	}
+	if want("hot") && len(hot) > 0 {
+		progress("4. hot key (%d variants × %d rounds × %v)...\n", len(hot), cfg.HotRounds, cfg.HotDur)
+		bg := newBGMeter()
+		if res.Hot, err = measureHot(hot, up, nodes, cfg); err != nil {
+			fail("hot key", err)
+		}
+		noteBackground(res, "4. hot key", bg)
+	}
+	if f.profile != "" && len(overhead) > 0 && len(hot) > 0 && overhead[0].kind == "caddy" {
+		progress("profiling Caddy...\n")
+		ps, err := profileCaddy(f.profile, overhead[3], hot[0], cfg)
+		if err != nil {
+			fail("profile", err)
+		}
+		res.Profiles = ps
+	}
+}
+
+// runWaiters measures item 6 on a fresh Caddy (and a fresh redsync proxy).
+func runWaiters(res *results, cfg config, dir, caddyBin string, up *upstream, nodes []*redisNode, fail func(string, error)) {
+	wait := 10 * time.Minute
+	if caddyBin != "" {
+		progress("6. %d waiters on %d keys, Caddy + redlock...\n", cfg.Waiters, cfg.WaitKeys)
+		fe, err := startCaddy(caddyBin, dir, "caddy-waiters", up.addr, []caddySite{{name: "n5", redis: urls(nodes), wait: wait}})
+		if err != nil {
+			fail("start caddy for waiters", err)
+		} else {
+			bg := newBGMeter()
+			row, err := measureWaiters(nameCaddyRedlock+", N=5", fe, "n5", redlockInner, up, nodes, cfg)
+			noteBackground(res, "6. waiters", bg)
+			fe.stop()
+			res.noteLogs(fe)
+			if err != nil {
+				fail("waiters", err)
+			}
+			res.Waiters = append(res.Waiters, row)
+		}
+	}
+	if cfg.RedsyncWaiters {
+		progress("6. %d waiters on %d keys, Go proxy + redsync (defaults)...\n", cfg.Waiters, cfg.WaitKeys)
+		fe, err := startProxy(dir, up.addr, proxyOpts{name: "redsync-waiters", redis: urls(nodes), wait: wait})
+		if err != nil {
+			fail("start redsync proxy for waiters", err)
+			return
+		}
+		c := cfg
+		c.Drain = min(cfg.Drain, 10*time.Second) // its waiters poll: keep the storm short
+		row, err := measureWaiters(nameRedsync+", N=5", fe, "main", redsyncInner, up, nodes, c)
+		fe.stop()
+		res.noteLogs(fe)
+		if err != nil {
+			fail("waiters (redsync)", err)
+		}
+		res.Waiters = append(res.Waiters, row)
+	}
+}

@@ -1,0 +1,151 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// redisNode is one redis-server process the bench started, and a client to it for the
+// bench's own calls (PING floor, CONFIG RESETSTAT, INFO commandstats).
+type redisNode struct {
+	port   int
+	proc   *child
+	client *redis.Client
+}
+
+func (n *redisNode) url() string  { return "redis://" + n.addr() }
+func (n *redisNode) addr() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(n.port)) }
+
+// freePort asks the kernel for a free loopback port.
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// startRedis starts n redis-server processes without persistence on free ports.
+func startRedis(n int, dir string) ([]*redisNode, error) {
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		return nil, fmt.Errorf("redis-server not on PATH (apt-get install -y redis-server): %w", err)
+	}
+	var nodes []*redisNode
+	for i := range n {
+		var node *redisNode
+		for attempt := 0; attempt < 5 && node == nil; attempt++ {
+			node, err = startOneRedis(bin, dir, i)
+		}
+		if err != nil {
+			for _, nd := range nodes {
+				nd.close()
+			}
+			return nil, err
+		}
+		nodes = append(nodes, node)
+	}
+	return nodes, nil
+}
+
+func startOneRedis(bin, dir string, i int) (*redisNode, error) {
+	port, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	ndir := filepath.Join(dir, fmt.Sprintf("redis-%d", port))
+	if err := mkdir(ndir); err != nil {
+		return nil, err
+	}
+	args := []string{"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "",
+		"--appendonly", "no", "--daemonize", "no", "--dir", ndir}
+	proc, err := startChild(fmt.Sprintf("redis-%d", i), bin, args, nil, filepath.Join(ndir, "log"))
+	if err != nil {
+		return nil, err
+	}
+	node := &redisNode{port: port, proc: proc}
+	node.client = redis.NewClient(&redis.Options{Addr: node.addr(), Protocol: 2, DisableIdentity: true,
+		DialTimeout: time.Second, ReadTimeout: time.Second, WriteTimeout: time.Second, MaxRetries: -1})
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) {
+		if proc.exited() {
+			break
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+		err = node.client.Ping(ctx).Err()
+		cancel()
+		if err == nil {
+			return node, nil
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	node.close()
+	return nil, fmt.Errorf("redis-server on port %d did not answer (see %s/log): %v", port, ndir, err)
+}
+
+func (n *redisNode) close() {
+	if n.client != nil {
+		n.client.Close()
+	}
+	n.proc.stop()
+}
+
+func urls(nodes []*redisNode) []string {
+	var u []string
+	for _, n := range nodes {
+		u = append(u, n.url())
+	}
+	return u
+}
+
+// resetStats runs CONFIG RESETSTAT on every node.
+func resetStats(nodes []*redisNode) error {
+	for _, n := range nodes {
+		if err := n.client.ConfigResetStat(context.Background()).Err(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// benchOwnCommands are issued by the bench itself (and the lock clients' 1/s health checks);
+// they are left out of commands-per-request.
+var benchOwnCommands = map[string]bool{"config": true, "info": true}
+
+// commandStats sums INFO commandstats calls per command over all nodes.
+func commandStats(nodes []*redisNode) (map[string]int64, error) {
+	total := map[string]int64{}
+	for _, n := range nodes {
+		s, err := n.client.Info(context.Background(), "commandstats").Result()
+		if err != nil {
+			return nil, err
+		}
+		for line := range strings.SplitSeq(s, "\n") {
+			line = strings.TrimSpace(line)
+			name, rest, ok := strings.Cut(line, ":")
+			if !ok || !strings.HasPrefix(name, "cmdstat_") {
+				continue
+			}
+			name = strings.TrimPrefix(name, "cmdstat_")
+			if base, _, _ := strings.Cut(name, "|"); benchOwnCommands[base] { // "config|resetstat"
+				continue
+			}
+			for kv := range strings.SplitSeq(rest, ",") {
+				if v, ok := strings.CutPrefix(kv, "calls="); ok {
+					c, _ := strconv.ParseInt(v, 10, 64)
+					total[name] += c
+				}
+			}
+		}
+	}
+	return total, nil
+}

@@ -1,0 +1,100 @@
+package main
+
+import (
+	"fmt"
+	"strings"
+)
+
+// checkTargets compares the run with the targets of issue 6.
+func (r *results) checkTargets() {
+	find := func(rows []latRow, name string) *latRow {
+		for i := range rows {
+			if rows[i].Name == name {
+				return &rows[i]
+			}
+		}
+		return nil
+	}
+	add := func(target, value string, met *bool) {
+		r.Targets = append(r.Targets, targetCheck{Target: target, Value: value, Met: met})
+	}
+	yes := func(b bool) *bool { return &b }
+
+	floor := find(r.Floor, "PING, 5 nodes in parallel")
+	lock5 := find(r.Lock, "redlock acquire+release, N=5")
+	if floor != nil && lock5 != nil && floor.Lat.P50 > 0 {
+		x := lock5.Acquire.P50 / floor.Lat.P50
+		add("acquire N=5 p50 ≤ 1.5× parallel PING p50", fmt.Sprintf("%.2f× (%s vs %s)", x, fus(lock5.Acquire.P50), fus(floor.Lat.P50)), yes(x <= 1.5))
+	}
+
+	over := func(prefix string) *httpRow {
+		for i := range r.Overhead {
+			if strings.HasPrefix(r.Overhead[i].Name, prefix) {
+				return &r.Overhead[i]
+			}
+		}
+		return nil
+	}
+	if c, g := over(nameCaddyRedlock+", N=5"), over(nameRedsync+", N=5"); c != nil {
+		v := fmt.Sprintf("%.0f%% of plain Caddy", 100*c.Ratio)
+		met := c.Ratio >= 0.60
+		if g != nil {
+			v += fmt.Sprintf("; redsync proxy %.0f%% of plain Go proxy", 100*g.Ratio)
+			met = met && c.Ratio > g.Ratio
+		}
+		add("Caddy+redlock N=5 ≥ 60% of plain throughput and ahead of redsync's ratio", v, yes(met))
+	}
+	for _, row := range r.Overhead {
+		if strings.HasPrefix(row.Name, nameCaddyRedlock) && row.Cmds.Requests > 0 {
+			var n int
+			fmt.Sscanf(row.Name[len(nameCaddyRedlock):], ", N=%d", &n)
+			add(fmt.Sprintf("N=%d: exactly N acquire + N release commands per uncontended request (%d)", n, 2*n),
+				fmt.Sprintf("%.2f network commands: %s", row.Cmds.TopLevel, row.Cmds.short()),
+				yes(row.Cmds.TopLevel > float64(2*n)-0.05 && row.Cmds.TopLevel < float64(2*n)+0.05))
+		}
+	}
+
+	var red, rsDef, rsTuned *hotRow
+	for i := range r.Hot {
+		switch r.Hot[i].Name {
+		case nameCaddyRedlock + ", N=5":
+			red = &r.Hot[i]
+		case nameRedsyncTuned + ", N=5":
+			rsTuned = &r.Hot[i]
+		case nameRedsync + ", N=5":
+			rsDef = &r.Hot[i]
+		}
+	}
+	if red != nil {
+		v := fmt.Sprintf("%.0f%% of ideal", 100*red.OfIdeal)
+		met := red.OfIdeal >= 0.85
+		for _, o := range []*hotRow{rsDef, rsTuned} {
+			if o != nil {
+				v += fmt.Sprintf("; %s %.0f%%", o.Name, 100*o.OfIdeal)
+				met = met && red.OfIdeal > o.OfIdeal
+			}
+		}
+		add("hot key ≥ 85% of ideal, ahead of redsync (defaults and tuned)", v, yes(met))
+		if rsDef != nil && rsDef.Lat.P99 > 0 {
+			x := red.Lat.P99 / rsDef.Lat.P99
+			add("hot key p99 ≤ 1/10 of redsync's at defaults", fmt.Sprintf("%s vs %s (%.2f×)", fus(red.Lat.P99), fus(rsDef.Lat.P99), x), yes(x <= 0.1))
+		}
+		if len(red.PerInstance) == 2 && red.RPS > 0 {
+			a, b := float64(red.PerInstance[0]), float64(red.PerInstance[1])
+			share := min(a, b) / max(a+b, 1)
+			add("no instance starves another (smaller instance's share, 50% = even)", fmt.Sprintf("%.0f%%", 100*share), yes(share >= 0.30))
+		}
+		add("waiters in one instance served in arrival order (share overtaken)",
+			fmt.Sprintf("%.1f%% overtaken, p99 %d, max %d", 100*red.Overtaken.Fraction, red.Overtaken.P99, red.Overtaken.Max),
+			yes(red.Overtaken.Fraction <= 0.01))
+		add("hot key: Redis commands per handoff bounded (no polling storm)", fmt.Sprintf("%.2f network commands per request (uncontended: 10): %s", red.Cmds.TopLevel, red.Cmds.short()), nil)
+	}
+	for _, w := range r.Waiters {
+		if strings.HasPrefix(w.Name, nameCaddyRedlock) {
+			add("no goroutine per waiter beyond the request's own (net/http: 2)", fmt.Sprintf("%.2f goroutines, %s RSS per waiter", w.GoroutinesPerWaiter, fbytes(w.RSSPerWaiter)),
+				yes(w.GoroutinesPerWaiter <= 2.1))
+			add("no polling storm while waiting", fmt.Sprintf("%.1f network commands/s (%.0f run by Redis, renewals of the holders included) with %d waiters on %d keys",
+				w.Cmds.TopLevel, w.CmdsPerSecWaiting, w.Waiters, w.Keys), nil)
+		}
+	}
+}
