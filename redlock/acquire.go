@@ -42,17 +42,21 @@ func (c *Client) Acquire(ctx context.Context, key string, o AcquireOptions) (*Lo
 	busy := func(attempts int, retryAfter time.Duration) error {
 		return &BusyError{Key: key, Attempts: attempts, Waited: time.Since(start), RetryAfter: retryAfter}
 	}
-	// Local line first: only one waiter per key per process contends in Redis.
-	q, err := c.queues.turn(waitCtx, key)
+	// Local line first: only one waiter per key per process contends in Redis. The
+	// previous holder may hand its lock over with the turn (handoff.go).
+	q, handed, err := c.queues.turn(waitCtx, key, waiter{ttl: ttl, fencing: o.Fencing, since: start})
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
 		return nil, busy(0, 0)
 	}
+	if handed != nil {
+		return handed, nil
+	}
 	l, err := c.contend(ctx, waitCtx, q, key, ttl, o.Fencing, start, busy)
 	if err != nil {
-		c.queues.done(q)
+		c.queues.done(q, false)
 		return nil, err
 	}
 	return l, nil
@@ -65,6 +69,12 @@ func (c *Client) contend(ctx, waitCtx context.Context, q *keyQueue, key string, 
 	nm := c.names(key)
 	owner := rand.Text() + ":" // 130 random bits: values must be unguessable (they allow release)
 	var w *watch
+	if c.queues.takeYield(q) {
+		// Our release just reached other clients' waiters: give them the first go, so
+		// that instances take turns. Bounded: if none of them takes the key, we try.
+		w = c.queues.ensureWatch(q, c.notices, nm.channel)
+		c.yieldTo(waitCtx, w)
+	}
 	unavailable := 0
 	for attempt := 1; ; attempt++ {
 		if c.closed.Load() {
@@ -75,7 +85,10 @@ func (c *Client) contend(ctx, waitCtx context.Context, q *keyQueue, key string, 
 		if res.validity > 0 {
 			l := &Lock{c: c, nm: nm, key: key, value: value, ttl: ttl, token: res.token, fencing: fencing,
 				acquiredAt: start, attempts: attempt, q: q, settled: res.settled}
-			l.start(res.roundStart, res.validity)
+			if fencing {
+				l.tokenMax = res.token + c.handoffReserve()
+			}
+			l.start(res.roundStart)
 			c.register(l)
 			return l, nil
 		}
@@ -126,6 +139,26 @@ func (c *Client) contend(ctx, waitCtx context.Context, q *keyQueue, key string, 
 		case <-waitCtx.Done():
 		}
 		t.Stop()
+	}
+}
+
+// yieldWait bounds how long a head that yields waits for another client to take the key
+// and release it: long enough for their notice and SET to land (a few round trips).
+const yieldWait = 5 * time.Millisecond
+
+// yieldTo waits until another client's release notice, or at most yieldWait (or
+// node_timeout when smaller). A notice that came before our own release is stale: drop it.
+func (c *Client) yieldTo(ctx context.Context, w *watch) {
+	select {
+	case <-w.C:
+	default:
+	}
+	t := time.NewTimer(min(yieldWait, c.opt.NodeTimeout))
+	defer t.Stop()
+	select {
+	case <-w.C:
+	case <-t.C:
+	case <-ctx.Done():
 	}
 }
 
@@ -180,7 +213,7 @@ func (c *Client) tryOnce(ctx context.Context, nm names, owner, value string, ttl
 			cctx, cancel := context.WithTimeout(ctx, c.opt.NodeTimeout)
 			defer cancel()
 			t0 := time.Now()
-			r, err := acquireScript.Run(cctx, nd.client, []string{nm.lock, nm.counter}, argv...).Int64Slice()
+			r, err := nd.run(cctx, acquireScript, []string{nm.lock, nm.counter}, argv...).Int64Slice()
 			nd.record("acquire", time.Since(t0), err)
 			rep := nodeReply{idx: i, err: err}
 			// A restart is often seen only by the new connection that carried this very
@@ -252,7 +285,8 @@ func (c *Client) tryOnce(ctx context.Context, nm names, owner, value string, ttl
 	if len(granted) >= c.quorum {
 		validity := ttl - time.Since(start) - drift(ttl, c.opt.DriftFactor)
 		if validity > 0 && fencing {
-			if err := c.commitToken(ctx, nm, value, token); err != nil {
+			// Commit token + the handoff reserve: handed locks use the tokens in between.
+			if err := c.commitToken(ctx, nm, value, token+c.handoffReserve()); err != nil {
 				errs = append(errs, NodeError{Node: "commit", Err: err})
 				validity = 0
 			} else {
@@ -268,7 +302,7 @@ func (c *Client) tryOnce(ctx context.Context, nm names, owner, value string, ttl
 		<-settled
 		ctx, cancel := context.WithTimeout(context.Background(), c.opt.NodeTimeout)
 		defer cancel()
-		c.releaseOnNodes(ctx, nm, value, answered)
+		c.releaseOnNodes(ctx, nm, value, answered, false)
 	})
 	// Unavailable: fewer than a quorum of nodes answered at all (busy counts as an answer).
 	if len(granted)+nbusy < c.quorum && len(errs) > n-c.quorum {

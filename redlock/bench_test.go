@@ -50,9 +50,10 @@ func BenchmarkFloor(b *testing.B) {
 func BenchmarkAcquireRelease(b *testing.B) {
 	all := redistest.StartN(b, 5)
 	for _, n := range []int{1, 3, 5} {
-		for _, fencing := range []bool{false, true} {
-			b.Run(fmt.Sprintf("N=%d/fencing=%v", n, fencing), func(b *testing.B) {
-				c, err := New(redistest.URLs(all[:n]), Options{})
+		for _, v := range []struct{ fencing, pipelining bool }{{false, false}, {false, true}, {true, false}, {true, true}} {
+			fencing := v.fencing
+			b.Run(fmt.Sprintf("N=%d/fencing=%v/pipelining=%v", n, fencing, v.pipelining), func(b *testing.B) {
+				c, err := New(redistest.URLs(all[:n]), Options{DisablePipelining: !v.pipelining})
 				if err != nil {
 					b.Fatal(err)
 				}

@@ -71,6 +71,11 @@ func New(urls []string, opt Options) (*Client, error) {
 	if len(c.nodes)%2 == 0 {
 		c.warnings = append(c.warnings, fmt.Sprintf("%d nodes: an even count tolerates no more failures than %d nodes; use an odd count", len(c.nodes), len(c.nodes)-1))
 	}
+	for _, n := range c.nodes {
+		if n.batch != nil {
+			c.goBackground(func() { n.batch.run(c.ctx) })
+		}
+	}
 	c.queues = newQueues()
 	c.notices = newNotifier(c)
 	c.renewer = newRenewer(c)

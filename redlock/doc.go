@@ -36,6 +36,12 @@
 // b = max over G_B >= counter_x > a. Pauses and expiry don't matter: the order on x is
 // fixed by x itself (one script runs at a time).
 //
+// Local handoffs (handoff.go) hand the lock to the next waiter of the same Client with
+// token+1, without a round trip. That stays inside the claim because the commit raises
+// counter to a+K, not a, where K = HandoffLimit bounds the handoffs in a row: the handed
+// tokens a+1 .. a+K are above every earlier token, strictly increase, and stay below any
+// later grant, which by the argument above is at least a+K+1.
+//
 // Restarts: if x restarted without its data between A's commit and B's grant, counter_x
 // is gone. Two guards: (1) a node whose run_id changed does not vote for ttl+drift after
 // the client sees it back (the delayed-restart rule; a new connection checks the run_id

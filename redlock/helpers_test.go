@@ -2,6 +2,8 @@ package redlock
 
 import (
 	"context"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -71,4 +73,10 @@ func eventually(t testing.TB, what string, cond func() bool) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	t.Fatalf("timed out waiting for: %s", what)
+}
+
+// fmtSscanCalls reads calls=N from an INFO commandstats line.
+func fmtSscanCalls(line string, calls *int) (int, error) {
+	_, rest, _ := strings.Cut(line, ":")
+	return fmt.Sscanf(rest, "calls=%d", calls)
 }

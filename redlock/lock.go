@@ -16,11 +16,14 @@ type Lock struct {
 	value      string // secret: never logged, shown or returned
 	ttl        time.Duration
 	token      int64
+	tokenMax   int64 // with fencing: the largest token handed locks may use (handoff.go)
 	fencing    bool
 	acquiredAt time.Time // when Acquire was called
 	attempts   int
 	q          *keyQueue
 	settled    <-chan struct{} // the winning round's stragglers have replied
+	streak     int             // handoffs since the lock was last taken in Redis
+	handed     bool            // it came from the previous local holder, not from Redis
 
 	mu        sync.Mutex
 	until     time.Time // validity ends (monotonic)
@@ -41,13 +44,18 @@ type Lock struct {
 }
 
 // start arms the validity timer of a freshly acquired lock (all other fields set).
-func (l *Lock) start(roundStart time.Time, validity time.Duration) {
+func (l *Lock) start(roundStart time.Time) {
+	l.startUntil(roundStart.Add(l.ttl - drift(l.ttl, l.c.opt.DriftFactor)))
+}
+
+// startUntil arms the validity timer of a lock valid until until (all other fields set).
+func (l *Lock) startUntil(until time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.lost = make(chan struct{})
 	l.heapIdx = -1
-	l.until = roundStart.Add(l.ttl - drift(l.ttl, l.c.opt.DriftFactor))
-	l.expiry = time.AfterFunc(validity, l.onExpiry)
+	l.until = until
+	l.expiry = time.AfterFunc(time.Until(until), l.onExpiry)
 }
 
 // Key is the lock's key (without prefix).
@@ -63,8 +71,12 @@ func (l *Lock) Fencing() bool { return l.fencing }
 // AcquiredAt is when Acquire was called (so Since(AcquiredAt) includes the wait).
 func (l *Lock) AcquiredAt() time.Time { return l.acquiredAt }
 
-// Attempts is how many Redlock rounds the acquire took.
+// Attempts is how many Redlock rounds the acquire took (0 for a handed lock).
 func (l *Lock) Attempts() int { return l.attempts }
+
+// Handed reports whether the lock was handed over by the previous holder in this process
+// instead of being taken in Redis (see DefaultHandoffLimit).
+func (l *Lock) Handed() bool { return l.handed }
 
 // Until is when the validity ends unless renewed.
 func (l *Lock) Until() time.Time {
@@ -199,8 +211,13 @@ func (l *Lock) KeepAlive(interval, maxHold time.Duration) error {
 	if maxHold > 0 {
 		l.maxHold = time.AfterFunc(time.Until(l.acquiredAt.Add(maxHold)), func() { l.markLost(LostMaxHold) })
 	}
+	// The first renewal is due interval after the lock was last taken or renewed in
+	// Redis, not after now: a handed lock continues its predecessor's schedule, so a
+	// chain of handoffs cannot postpone renewals until the lock lapses.
+	lastRenewed := l.until.Add(-(l.ttl - drift(l.ttl, l.c.opt.DriftFactor)))
+	first := lastRenewed.Add(interval)
 	l.mu.Unlock()
-	l.c.renewer.add(l, interval)
+	l.c.renewer.add(l, interval, first)
 	return nil
 }
 
@@ -223,6 +240,7 @@ func (l *Lock) Release(ctx context.Context) error {
 		return ErrReleased
 	}
 	l.released = true
+	held := l.lostErr == nil
 	l.expiry.Stop()
 	if l.maxHold != nil {
 		l.maxHold.Stop()
@@ -235,12 +253,18 @@ func (l *Lock) Release(ctx context.Context) error {
 	l.c.renewer.remove(l) // waits for a renewal in flight: none may land after the delete
 
 	c := l.c
+	if held && c.handoff(l) {
+		return nil
+	}
 	<-l.settled // bounded by node_timeout; usually long closed
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.opt.NodeTimeout)
 	defer cancel()
-	deleted, _, errs := c.releaseOnNodes(ctx, l.nm, l.value, nil)
+	subscribed := c.queues.subscribed(l.q)
+	deleted, others, errs := c.releaseOnNodes(ctx, l.nm, l.value, nil, subscribed)
 	c.unregister(l)
-	c.queues.done(l.q) // the next local waiter goes after the keys are gone
+	// The next local waiter goes after the keys are gone. If the notice reached other
+	// clients' waiters, it lets them go first: else, being closer, it would win every time.
+	c.queues.done(l.q, others)
 	if len(errs) > len(c.nodes)-c.quorum {
 		return fmt.Errorf("redlock: release %q: %d nodes did not answer (deleted on %d); the rest expires after the ttl: %w",
 			l.key, len(errs), deleted, errors.Join(errs...))

@@ -16,7 +16,10 @@ import (
 type node struct {
 	addr   string // host:port[/db], never a password
 	client *redis.Client
-	c      *Client
+	// batch pipelines the per-request scripts of concurrent callers (batcher.go);
+	// nil with Options.DisablePipelining.
+	batch *batcher
+	c     *Client
 
 	mu          sync.Mutex
 	up          bool
@@ -101,7 +104,19 @@ func newNode(c *Client, raw string) (*node, error) {
 	opt.DisableIdentity = true
 	opt.OnConnect = n.onConnect
 	n.client = redis.NewClient(opt)
+	if !c.opt.DisablePipelining {
+		n.batch = newBatcher(n)
+	}
 	return n, nil
+}
+
+// run runs a per-request script on the node: through the batcher when pipelining, else
+// on a connection of its own. ctx carries the node timeout.
+func (n *node) run(ctx context.Context, script *redis.Script, keys []string, args ...any) *redis.Cmd {
+	if n.batch != nil {
+		return n.batch.do(ctx, script, keys, args...)
+	}
+	return script.Run(ctx, n.client, keys, args...)
 }
 
 // onConnect learns the run_id on every new connection, before it carries any command:

@@ -3,6 +3,7 @@ package redlock
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"time"
 )
 
@@ -53,10 +54,23 @@ func (c *Client) onAll(ctx context.Context, op string, skip []bool,
 
 // releaseOnNodes runs compare-and-delete (plus the release notice) on every node not
 // skipped and waits for all of them (bounded by node_timeout). It returns how many nodes
-// deleted our value, how many did not hold it, and the errors.
-func (c *Client) releaseOnNodes(ctx context.Context, nm names, value string, skip []bool) (int, int, []error) {
-	return c.onAll(ctx, "release", skip, func(cctx context.Context, nd *node) (bool, error) {
-		r, err := releaseScript.Run(cctx, nd.client, []string{nm.lock}, value, nm.channel, c.id).Int64()
-		return r == 1, err
+// deleted our value, whether the notice reached another client's waiters on any node
+// (subscribed: this client listens on the key's channel itself, so one receiver is ours),
+// and the errors.
+func (c *Client) releaseOnNodes(ctx context.Context, nm names, value string, skip []bool, subscribed bool) (int, bool, []error) {
+	own := int64(0)
+	if subscribed {
+		own = 1
+	}
+	var others atomic.Bool
+	deleted, _, errs := c.onAll(ctx, "release", skip, func(cctx context.Context, nd *node) (bool, error) {
+		r, err := nd.run(cctx, releaseScript, []string{nm.lock}, value, nm.channel, c.id).Int64()
+		// r = 1 + receivers when deleted. Where our own subscription is not confirmed
+		// this undercounts, never overcounts: a yield is never made up.
+		if r-1-own > 0 {
+			others.Store(true)
+		}
+		return r >= 1, err
 	}, 0)
+	return deleted, others.Load(), errs
 }

@@ -39,6 +39,16 @@ type Options struct {
 	RetryDelayMin, RetryDelayMax time.Duration
 	// HealthInterval is the period of the per-node health check. Default 1s.
 	HealthInterval time.Duration
+	// HandoffLimit is how many times in a row a released lock may be handed straight to
+	// the next waiter of this client for the same key (no Redis round trip) before it is
+	// released in Redis so other clients get their turn. Default DefaultHandoffLimit;
+	// negative disables handoffs.
+	HandoffLimit int
+	// DisablePipelining sends every acquire and release script on a connection of its
+	// own. By default the scripts of concurrent callers go to each node in pipelines
+	// (one write, read and round trip per batch; batcher.go): much less CPU per lock on
+	// both sides under concurrency, and a lone call still goes out at once.
+	DisablePipelining bool
 	// Logger receives warnings about nodes (restarts, duplicates). Default: no logging.
 	Logger *zap.Logger
 	// Observer, if set, is told about every node call (for metrics). It must not block.
@@ -75,6 +85,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.HealthInterval == 0 {
 		o.HealthInterval = DefaultHealthInterval
+	}
+	if o.HandoffLimit == 0 {
+		o.HandoffLimit = DefaultHandoffLimit
 	}
 	if o.Logger == nil {
 		o.Logger = zap.NewNop()

@@ -3,12 +3,14 @@ package redlock
 import (
 	"context"
 	"sync"
+	"time"
 )
 
 // queues serialize a process's own waiters per key: only the head of a key's queue
 // contends in Redis, the others wait here in arrival order without any Redis traffic and
 // without a goroutine of their own. The head keeps its turn while it holds the lock and
-// hands it to the next waiter on release.
+// passes it to the next waiter on release, together with the lock itself when it can
+// (handoff.go).
 type queues struct {
 	mu sync.Mutex
 	m  map[string]*keyQueue
@@ -16,16 +18,32 @@ type queues struct {
 
 type keyQueue struct {
 	key     string
-	busy    bool            // a caller owns the turn
-	waiters []chan struct{} // FIFO; closed to hand over the turn
-	refs    int             // owner + waiters; the queue is dropped at 0
-	watch   *watch          // release-notice subscription, while someone waits
+	busy    bool     // a caller owns the turn
+	waiters []waiter // FIFO
+	refs    int      // owner + waiters; the queue is dropped at 0
+	watch   *watch   // release-notice subscription, while someone waits
+	// handed is the lock that comes with the turn when the previous holder handed it
+	// over; the waiter whose channel was closed takes it.
+	handed *Lock
+	// yield asks the next head to let other clients take the key first: the release
+	// that passed the turn found them waiting (see Lock.Release).
+	yield bool
+}
+
+// waiter is one caller queued for a key's turn.
+type waiter struct {
+	ch      chan struct{} // closed to hand over the turn
+	ttl     time.Duration // what it asked for: a lock is handed only to a waiter that
+	fencing bool          // wants the same ttl and fencing
+	since   time.Time     // when its Acquire began
 }
 
 func newQueues() *queues { return &queues{m: map[string]*keyQueue{}} }
 
-// turn waits for the key's turn. On success the caller must call done exactly once.
-func (qs *queues) turn(ctx context.Context, key string) (*keyQueue, error) {
+// turn waits for the key's turn. On success the caller owns the turn and must give it
+// back exactly once (done, or by releasing the lock it got); the returned lock is non-nil
+// when the previous holder handed its lock over with the turn.
+func (qs *queues) turn(ctx context.Context, key string, w waiter) (*keyQueue, *Lock, error) {
 	qs.mu.Lock()
 	q := qs.m[key]
 	if q == nil {
@@ -36,47 +54,102 @@ func (qs *queues) turn(ctx context.Context, key string) (*keyQueue, error) {
 	if !q.busy {
 		q.busy = true
 		qs.mu.Unlock()
-		return q, nil
+		return q, nil, nil
 	}
-	ch := make(chan struct{})
-	q.waiters = append(q.waiters, ch)
+	w.ch = make(chan struct{})
+	q.waiters = append(q.waiters, w)
 	qs.mu.Unlock()
 
 	select {
-	case <-ch:
-		return q, nil
+	case <-w.ch:
+		return q, qs.takeHanded(q), nil
 	case <-ctx.Done():
 	}
 	qs.mu.Lock()
-	for i, w := range q.waiters {
-		if w == ch { // still queued: leave the line
+	for i, o := range q.waiters {
+		if o.ch == w.ch { // still queued: leave the line
 			q.waiters = append(q.waiters[:i], q.waiters[i+1:]...)
 			qs.dropRefLocked(q)
 			qs.mu.Unlock()
-			return nil, ctx.Err()
+			return nil, nil, ctx.Err()
 		}
 	}
 	qs.mu.Unlock()
-	// The turn was handed to us as we gave up: pass it on.
-	qs.done(q)
-	return nil, ctx.Err()
+	// The turn was handed to us as we gave up: pass it on, with the lock if one came.
+	if l := qs.takeHanded(q); l != nil {
+		_ = l.Release(context.Background())
+	} else {
+		qs.done(q, false)
+	}
+	return nil, nil, ctx.Err()
 }
 
-// done gives the turn to the next waiter, or frees the queue.
-func (qs *queues) done(q *keyQueue) {
+func (qs *queues) takeHanded(q *keyQueue) *Lock {
+	qs.mu.Lock()
+	defer qs.mu.Unlock()
+	l := q.handed
+	q.handed = nil
+	return l
+}
+
+// done gives the turn to the next waiter, or frees the queue. yield is passed on to the
+// next head (ignored when nobody waits).
+func (qs *queues) done(q *keyQueue, yield bool) {
 	qs.mu.Lock()
 	if len(q.waiters) > 0 {
 		next := q.waiters[0]
 		q.waiters = q.waiters[1:]
-		close(next)
+		q.handed, q.yield = nil, yield
+		close(next.ch)
 	} else {
-		q.busy = false
+		q.busy, q.yield = false, false
 	}
 	w := qs.dropRefLocked(q)
 	qs.mu.Unlock()
 	if w != nil {
 		w.unwatch()
 	}
+}
+
+// handTo gives the turn together with lock l to the next waiter if there is one and
+// accept(it) says the lock suits it. register runs under the queue lock before the
+// waiter can see l (so the client's table never lists a lock its holder released).
+func (qs *queues) handTo(q *keyQueue, l *Lock, accept func(waiter) bool, register func(next waiter)) bool {
+	qs.mu.Lock()
+	defer qs.mu.Unlock()
+	if len(q.waiters) == 0 || !accept(q.waiters[0]) {
+		return false
+	}
+	next := q.waiters[0]
+	q.waiters = q.waiters[1:]
+	register(next)
+	q.handed, q.yield = l, false
+	close(next.ch)
+	q.refs-- // the previous holder's reference; the queue lives on for the new holder
+	return true
+}
+
+// hasWaiters reports whether callers wait behind the turn's owner.
+func (qs *queues) hasWaiters(q *keyQueue) bool {
+	qs.mu.Lock()
+	defer qs.mu.Unlock()
+	return len(q.waiters) > 0
+}
+
+// takeYield reports (once) whether the head should let other clients go first.
+func (qs *queues) takeYield(q *keyQueue) bool {
+	qs.mu.Lock()
+	defer qs.mu.Unlock()
+	y := q.yield
+	q.yield = false
+	return y
+}
+
+// subscribed reports whether this client listens for the key's release notices.
+func (qs *queues) subscribed(q *keyQueue) bool {
+	qs.mu.Lock()
+	defer qs.mu.Unlock()
+	return q.watch != nil
 }
 
 // dropRefLocked returns the queue's watch when the queue is dropped, for the caller to end

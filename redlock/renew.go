@@ -30,11 +30,11 @@ func newRenewer(c *Client) *renewer {
 	return r
 }
 
-func (r *renewer) add(l *Lock, every time.Duration) {
+func (r *renewer) add(l *Lock, every time.Duration, first time.Time) {
 	r.mu.Lock()
 	l.renewEvery = every
 	if !l.stopped {
-		l.renewAt = time.Now().Add(every)
+		l.renewAt = first
 		heap.Push(&r.h, l)
 	}
 	r.mu.Unlock()

@@ -73,12 +73,12 @@ return res
 // releaseScript is compare-and-delete, then a notice to waiters.
 // KEYS[1] lock; ARGV[1] value, ARGV[2] release channel, ARGV[3] the releasing client's id
 // (the notice payload: a client ignores its own notices, whose waiters it hands the turn
-// to directly). Returns 1 if deleted.
+// to directly). Returns 0 if the key did not hold the value, else 1 + the number of
+// subscribers the notice reached (the releasing client's own subscription included).
 var releaseScript = redis.NewScript(`
 if redis.call('GET', KEYS[1]) == ARGV[1] then
   redis.call('DEL', KEYS[1])
-  redis.call('PUBLISH', ARGV[2], ARGV[3])
-  return 1
+  return 1 + redis.call('PUBLISH', ARGV[2], ARGV[3])
 end
 return 0
 `)

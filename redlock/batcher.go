@@ -1,0 +1,195 @@
+package redlock
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// batcher sends the per-request scripts (acquire, release) of all concurrent callers to
+// one node as pipelines: while one batch is on the wire, the calls that arrive queue up
+// and go out together in the next one. A busy node then costs one write, one read and
+// one round trip per batch instead of per command, on both sides. A lone call goes out
+// at once.
+//
+// Why not go-redis's autopipeliner: it does not honour a command's own deadline once
+// the command is queued, so calls queued behind a batch stuck on a paused node were
+// sent long after their round had given up (and a dead majority took seconds, not a
+// node timeout, to report). Here:
+//   - each caller waits at most its own context (node_timeout), and a call whose
+//     deadline passed while queued is dropped, never sent late;
+//   - one flusher per node sends batches strictly in order, so a round's cleanup
+//     release can never overtake that round's SET to the same node.
+type batcher struct {
+	nd    *node
+	mu    sync.Mutex
+	queue []*call
+	wake  chan struct{}
+
+	batches, sent atomic.Int64 // pipelines and calls sent, for tests
+}
+
+// call is one script invocation waiting for its batch.
+type call struct {
+	script   *redis.Script
+	keys     []string
+	args     []any
+	deadline time.Time
+	cmd      *redis.Cmd
+	done     chan struct{} // closed when cmd holds the result (or the call was dropped)
+}
+
+// maxPipeline bounds one batch, so one pipeline never holds a node long.
+const maxPipeline = 256
+
+func newBatcher(nd *node) *batcher {
+	return &batcher{nd: nd, wake: make(chan struct{}, 1)}
+}
+
+// run is the node's flusher; it ends with the client.
+func (b *batcher) run(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			b.failQueued(ErrClosed)
+			return
+		case <-b.wake:
+		}
+		for {
+			batch := b.take()
+			if len(batch) == 0 {
+				break
+			}
+			b.send(ctx, batch)
+		}
+	}
+}
+
+// do runs script on the node through the batcher and waits for its reply, at most
+// until ctx ends (ctx must have a deadline: the node timeout).
+func (b *batcher) do(ctx context.Context, script *redis.Script, keys []string, args ...any) *redis.Cmd {
+	deadline, ok := ctx.Deadline()
+	if !ok {
+		deadline = time.Now().Add(b.nd.c.opt.NodeTimeout)
+	}
+	c := &call{script: script, keys: keys, args: args, deadline: deadline, cmd: redis.NewCmd(ctx), done: make(chan struct{})}
+	b.mu.Lock()
+	b.queue = append(b.queue, c)
+	b.mu.Unlock()
+	select {
+	case b.wake <- struct{}{}:
+	default:
+	}
+	select {
+	case <-c.done:
+		return c.cmd
+	case <-ctx.Done():
+		// The call may still be sent if it already left the queue; its reply is then
+		// dropped here. Callers that must not overtake it go through this batcher too.
+		cmd := redis.NewCmd(ctx)
+		cmd.SetErr(fmt.Errorf("redlock: %s: %w", b.nd.addr, ctx.Err()))
+		return cmd
+	}
+}
+
+// take removes up to maxPipeline calls from the queue, failing those already expired.
+func (b *batcher) take() []*call {
+	b.mu.Lock()
+	n := min(len(b.queue), maxPipeline)
+	batch := b.queue[:n:n]
+	b.queue = b.queue[n:]
+	if len(b.queue) == 0 {
+		b.queue = nil
+	}
+	b.mu.Unlock()
+	now := time.Now()
+	live := batch[:0]
+	for _, c := range batch {
+		if !now.Before(c.deadline) {
+			c.cmd.SetErr(context.DeadlineExceeded)
+			close(c.done)
+			continue
+		}
+		live = append(live, c)
+	}
+	return live
+}
+
+// send writes one batch as a pipeline, bounded by its earliest deadline, and hands each
+// call its reply. Scripts unknown to the node (restarted, SCRIPT FLUSH) are loaded and
+// their calls sent once more.
+func (b *batcher) send(ctx context.Context, batch []*call) {
+	earliest := batch[0].deadline
+	for _, c := range batch[1:] {
+		if c.deadline.Before(earliest) {
+			earliest = c.deadline
+		}
+	}
+	ctx, cancel := context.WithDeadline(ctx, earliest)
+	defer cancel()
+	b.batches.Add(1)
+	b.sent.Add(int64(len(batch)))
+	b.exec(ctx, batch)
+	if retry := noScript(batch); len(retry) > 0 && ctx.Err() == nil {
+		if err := loadScripts(ctx, b.nd.client, retry); err == nil {
+			b.exec(ctx, retry)
+		}
+	}
+	for _, c := range batch {
+		close(c.done)
+	}
+}
+
+// exec sends calls in one pipeline and stores each reply in its call's cmd.
+func (b *batcher) exec(ctx context.Context, calls []*call) {
+	pipe := b.nd.client.Pipeline()
+	cmds := make([]*redis.Cmd, len(calls))
+	for i, c := range calls {
+		cmds[i] = c.script.EvalSha(ctx, pipe, c.keys, c.args...)
+	}
+	_, _ = pipe.Exec(ctx) // per-command errors are in cmds
+	for i, c := range calls {
+		c.cmd.SetVal(cmds[i].Val())
+		c.cmd.SetErr(cmds[i].Err())
+	}
+}
+
+func noScript(calls []*call) []*call {
+	var out []*call
+	for _, c := range calls {
+		if err := c.cmd.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+func loadScripts(ctx context.Context, client *redis.Client, calls []*call) error {
+	loaded := map[*redis.Script]bool{}
+	for _, c := range calls {
+		if loaded[c.script] {
+			continue
+		}
+		if err := c.script.Load(ctx, client).Err(); err != nil {
+			return err
+		}
+		loaded[c.script] = true
+	}
+	return nil
+}
+
+// failQueued ends the calls still queued when the client closes.
+func (b *batcher) failQueued(err error) {
+	b.mu.Lock()
+	q := b.queue
+	b.queue = nil
+	b.mu.Unlock()
+	for _, c := range q {
+		c.cmd.SetErr(err)
+		close(c.done)
+	}
+}

@@ -1,0 +1,83 @@
+package redlock
+
+import (
+	"context"
+	"crypto/rand"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/caddy-redlock/caddy-redlock/internal/redistest"
+	"github.com/redis/go-redis/v9"
+)
+
+// Many concurrent acquire+release pairs on unique keys, N=5: what a busy proxy does. The
+// CPU figures are what limits throughput on a small box: this process's CPU per lock and
+// the 5 redis-servers' CPU per lock. Pipelining on and off run side by side.
+func BenchmarkConcurrentUniqueKeys(b *testing.B) {
+	servers := redistest.StartN(b, 5)
+	for _, pipelining := range []bool{false, true} {
+		b.Run(fmt.Sprintf("N=5/pipelining=%v", pipelining), func(b *testing.B) {
+			// A loose node timeout: this measures CPU, and the box may be shared.
+			c, err := New(redistest.URLs(servers), Options{DisablePipelining: !pipelining, NodeTimeout: time.Second})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer c.Close()
+			ctx := context.Background()
+			var seq atomic.Int64
+			prefix := "cu-" + rand.Text()[:8] + "-" // b.Run calls this body several times
+			b.SetParallelism(8)                     // 16 goroutines on 2 cores, like the proxy benchmark's clients
+			cpu0, redis0 := processCPU(), redisCPU(b, servers)
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					l, err := c.Acquire(ctx, prefix+strconv.FormatInt(seq.Add(1), 10), AcquireOptions{})
+					if err != nil {
+						b.Error(err)
+						return
+					}
+					if err := l.Release(ctx); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+			b.StopTimer()
+			n := float64(b.N)
+			b.ReportMetric(float64((processCPU()-cpu0).Microseconds())/n, "client-cpu-µs/op")
+			b.ReportMetric(float64((redisCPU(b, servers)-redis0).Microseconds())/n, "redis-cpu-µs/op")
+		})
+	}
+}
+
+// processCPU is this process's user+system CPU time.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// redisCPU is the CPU time all servers used so far (INFO cpu, main thread and children).
+func redisCPU(b *testing.B, servers []*redistest.Server) time.Duration {
+	var total float64
+	for _, s := range servers {
+		rc := redis.NewClient(&redis.Options{Addr: s.Addr()})
+		info, err := rc.Info(context.Background(), "cpu").Result()
+		rc.Close()
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, f := range []string{"used_cpu_sys", "used_cpu_user"} {
+			v, _ := strconv.ParseFloat(parseInfoField(strings.ReplaceAll(info, "\r", ""), f), 64)
+			total += v
+		}
+	}
+	return time.Duration(total * float64(time.Second))
+}

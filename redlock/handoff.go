@@ -1,0 +1,57 @@
+package redlock
+
+import (
+	"time"
+)
+
+// Local handoff: when a lock is released while another caller of this client waits for
+// the same key, the lock in Redis is not deleted and taken again; it is handed to that
+// caller as it is (same value on the same majority, same validity, renewals continuing).
+// A hot key then changes hands within a process in no Redis round trip at all.
+//
+// It is bounded: after Options.HandoffLimit handoffs in a row the lock is released in
+// Redis, and if the release notice reached another client's waiters (PUBLISH counts its
+// receivers), the next local head lets them take the key first (see contend). So
+// instances take turns in streaks, and none starves another.
+//
+// Fencing: each handed lock carries the previous token + 1. That is safe without a round
+// trip because the acquire committed token + HandoffLimit, not token, on a majority
+// (tryOnce): every later grant overlaps that majority and gets a larger token, and the
+// handed tokens token+1 .. token+HandoffLimit are all above the tokens before. A streak
+// ends when the reserve is used up.
+
+// DefaultHandoffLimit is how many times in a row a lock may be handed to a local waiter
+// before it goes back through Redis.
+const DefaultHandoffLimit = 8
+
+// handoff hands l (just released by its holder, not lost) to the next local waiter, if
+// the rules above allow it. It reports whether it did; l must not be used afterwards.
+func (c *Client) handoff(l *Lock) bool {
+	limit := c.opt.HandoffLimit
+	if limit <= 0 || l.streak >= limit || (l.fencing && l.token >= l.tokenMax) {
+		return false
+	}
+	l.mu.Lock()
+	until := l.until
+	l.mu.Unlock()
+	// The next holder starts with what is left; keep it a fair part of a fresh lock so
+	// that its first renewal, scheduled from the last one, is not already late.
+	if time.Until(until) < l.ttl/2 {
+		return false
+	}
+	next := &Lock{c: c, nm: l.nm, key: l.key, value: l.value, ttl: l.ttl, fencing: l.fencing,
+		tokenMax: l.tokenMax, q: l.q, settled: l.settled, streak: l.streak + 1, handed: true}
+	if l.fencing {
+		next.token = l.token + 1
+	}
+	accept := func(w waiter) bool { return w.ttl == l.ttl && w.fencing == l.fencing }
+	return c.queues.handTo(l.q, next, accept, func(w waiter) {
+		next.acquiredAt = w.since
+		next.startUntil(until)
+		c.register(next)
+	})
+}
+
+// handoffReserve is how many tokens above its own an acquire with fencing commits, so
+// that handed locks can use them.
+func (c *Client) handoffReserve() int64 { return int64(max(c.opt.HandoffLimit, 0)) }
