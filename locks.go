@@ -280,10 +280,12 @@ const (
 // Prometheus. They are set in an init function only (never while serving).
 var hooks = struct {
 	acquire  func(result string, wait time.Duration) // every acquire outcome
+	waited   func(result string, wait time.Duration) // outcomes of requests that found the key taken
 	lost     func(reason string)                     // a held lock lost while the request ran
 	observer redlock.Observer                        // passed to every new redlock.Client
 }{
 	acquire: func(string, time.Duration) {},
+	waited:  func(string, time.Duration) {},
 	lost:    func(string) {},
 }
 

@@ -1,0 +1,170 @@
+package caddyredlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+
+	"github.com/caddy-redlock/caddy-redlock/redlock"
+)
+
+// Prometheus metrics in Caddy's registry (served at the admin API's /metrics).
+//
+// The collectors are created once for the process: Caddy builds a new registry for every
+// config load, so registerMetrics adds the same collectors to each new registry and the
+// counts carry on across reloads. Labels are bounded: acquire results, lost reasons,
+// renewal results, node addresses (never with a password) and node operations. Never a
+// lock key, a request URI or a lock value.
+
+const metricsNamespace, metricsSubsystem = "caddy", "redlock"
+
+// Buckets: acquiring and waiting run from a millisecond (a free key) to the wait option
+// (seconds); node round trips from 100µs (loopback) to node_timeout.
+var (
+	waitBuckets = []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60}
+	rttBuckets  = []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1}
+)
+
+var metrics = struct {
+	acquire    *prometheus.HistogramVec
+	wait       *prometheus.HistogramVec
+	held       prometheus.GaugeFunc
+	waiting    prometheus.GaugeFunc
+	renewals   *prometheus.CounterVec
+	lost       *prometheus.CounterVec
+	nodeErrors *prometheus.CounterVec
+	nodeRTT    *prometheus.HistogramVec
+}{
+	acquire: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Namespace: metricsNamespace, Subsystem: metricsSubsystem, Name: "acquire_duration_seconds",
+		Help:    "Time a request spent acquiring its lock (waiting included), by result: acquired, busy, unavailable, cancelled, bypassed, error.",
+		Buckets: waitBuckets,
+	}, []string{"result"}),
+	wait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Namespace: metricsNamespace, Subsystem: metricsSubsystem, Name: "wait_seconds",
+		Help:    "Time a request waited for a key that was taken when it arrived (held by this or another instance), by result.",
+		Buckets: waitBuckets,
+	}, []string{"result"}),
+	held: prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Namespace: metricsNamespace, Subsystem: metricsSubsystem, Name: "held_locks",
+		Help: "Locks this instance holds for requests (draining ones included).",
+	}, func() float64 { h, _ := inflightCounts(); return float64(h) }),
+	waiting: prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Namespace: metricsNamespace, Subsystem: metricsSubsystem, Name: "waiting_requests",
+		Help: "Requests of this instance waiting for a lock.",
+	}, func() float64 { _, w := inflightCounts(); return float64(w) }),
+	renewals: prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: metricsNamespace, Subsystem: metricsSubsystem, Name: "renewals_total",
+		Help: "Lock renewals by result: ok, error (transient, retried while validity lasts) or lost.",
+	}, []string{"result"}),
+	lost: prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: metricsNamespace, Subsystem: metricsSubsystem, Name: "locks_lost_total",
+		Help: "Held locks lost while their request ran (the request was aborted), by reason: expired, taken, max_hold, force_released.",
+	}, []string{"reason"}),
+	nodeErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: metricsNamespace, Subsystem: metricsSubsystem, Name: "node_errors_total",
+		Help: "Failed commands to a Redis node, by node address and operation.",
+	}, []string{"node", "op"}),
+	nodeRTT: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Namespace: metricsNamespace, Subsystem: metricsSubsystem, Name: "node_rtt_seconds",
+		Help:    "Round-trip time of successful commands to a Redis node, by node address and operation.",
+		Buckets: rttBuckets,
+	}, []string{"node", "op"}),
+}
+
+func init() {
+	hooks.acquire = func(result string, wait time.Duration) {
+		metrics.acquire.WithLabelValues(result).Observe(wait.Seconds())
+	}
+	hooks.waited = func(result string, wait time.Duration) {
+		metrics.wait.WithLabelValues(result).Observe(wait.Seconds())
+	}
+	hooks.lost = func(reason string) { metrics.lost.WithLabelValues(reason).Inc() }
+	hooks.observer = &observer{failing: map[string]bool{}}
+}
+
+// registerMetrics adds the collectors to a config's registry. Several modules of one
+// config register them (every handler, the admin module): the duplicates are expected.
+func registerMetrics(reg *prometheus.Registry) error {
+	if reg == nil {
+		return nil
+	}
+	for _, c := range []prometheus.Collector{metrics.acquire, metrics.wait, metrics.held, metrics.waiting,
+		metrics.renewals, metrics.lost, metrics.nodeErrors, metrics.nodeRTT} {
+		var already prometheus.AlreadyRegisteredError
+		if err := reg.Register(c); err != nil && !errors.As(err, &already) {
+			return fmt.Errorf("redlock: registering metrics: %w", err)
+		}
+	}
+	return nil
+}
+
+// inflightCounts counts this instance's requests holding (or draining) and awaiting a lock.
+func inflightCounts() (held, waiting int) {
+	requests.mu.Lock()
+	defer requests.mu.Unlock()
+	for e := range requests.m {
+		e.mu.Lock()
+		if e.state == stateWaiting {
+			waiting++
+		} else {
+			held++
+		}
+		e.mu.Unlock()
+	}
+	return held, waiting
+}
+
+// observer receives the redlock clients' node calls and renewals (it is passed to every
+// client through hooks.observer). It must not block: it only counts, and logs a node's
+// transitions between answering and failing, once each, so a dead node does not flood
+// the log.
+type observer struct {
+	mu      sync.Mutex
+	failing map[string]bool // node address -> its last call failed
+}
+
+func (o *observer) NodeCall(node, op string, rtt time.Duration, err error) {
+	if errors.Is(err, context.Canceled) {
+		return // the caller gave up (a request went away): says nothing about the node
+	}
+	if err == nil {
+		metrics.nodeRTT.WithLabelValues(node, op).Observe(rtt.Seconds())
+	} else {
+		metrics.nodeErrors.WithLabelValues(node, op).Inc()
+	}
+	o.mu.Lock()
+	was, changed := o.failing[node], o.failing[node] != (err != nil)
+	o.failing[node] = err != nil
+	o.mu.Unlock()
+	if !changed {
+		return
+	}
+	log := caddy.Log().Named("http.handlers.redlock")
+	if !was {
+		// Node errors name the node and the failure (timeout, refused), never a value.
+		log.Warn("redis node not answering", zap.String("node", node), zap.String("op", op), zap.Error(err))
+	} else {
+		log.Info("redis node answering again", zap.String("node", node), zap.String("op", op),
+			zap.Float64("rtt_ms", float64(rtt.Microseconds())/1000))
+	}
+}
+
+func (o *observer) Renewal(err error) {
+	switch {
+	case err == nil:
+		metrics.renewals.WithLabelValues("ok").Inc()
+	case errors.Is(err, redlock.ErrLost):
+		metrics.renewals.WithLabelValues("lost").Inc()
+	case errors.Is(err, redlock.ErrReleased):
+		// released while the renewal was in flight: not an outcome of the renewal
+	default:
+		metrics.renewals.WithLabelValues("error").Inc()
+	}
+}
