@@ -17,6 +17,7 @@ vet:
 fuzz-short:
 	$(GO) test -run='^$$' -fuzz='^FuzzNormalizePath$$' -fuzztime=10s ./keys/
 	$(GO) test -run='^$$' -fuzz='^FuzzParseTemplate$$' -fuzztime=10s ./keys/
+	$(GO) test -run='^$$' -fuzz='^FuzzRenderKey$$' -fuzztime=10s .
 
 ## build: the local Caddy binary with this plugin (the xcaddy equivalent).
 build:
@@ -39,3 +40,17 @@ bench:
 ## bench-lib: the redlock package's own go test benchmarks.
 bench-lib:
 	$(GO) test -run='^$$' -bench=. -benchtime=2s ./redlock/
+
+.PHONY: chaos chaos-short
+
+## chaos: the full chaos suite (chaos/, its own module): 3 cmd/caddy processes, 5 Redis
+## nodes (2 behind toxiproxy), a checking upstream, every fault twice on other nodes plus
+## extra ones, under load. Non-zero on any violation, token regression or unlocked request.
+chaos:
+	$(GO) -C chaos test -race -count=1 ./...
+	$(GO) -C chaos run . -mode full
+
+## chaos-short: the same suite with each fault once (what CI runs, a few minutes).
+chaos-short:
+	$(GO) -C chaos test -race -count=1 ./...
+	$(GO) -C chaos run . -mode short

@@ -58,6 +58,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	addInflight(e)
 	defer requestDone(e)
 
+	// A key this instance already holds means a wait even if the first round in Redis
+	// succeeds once it is our turn (for the wait-time metric).
+	queued := h.locker.shared.client.Holding(key) != nil
 	start := time.Now()
 	l, err := h.locker.shared.client.Acquire(ctx, key, redlock.AcquireOptions{
 		Wait: h.s.wait, TTL: h.s.ttl, Fencing: h.s.fencing,
@@ -70,9 +73,24 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		return h.acquireFailed(w, r.WithContext(ctx), next, key, wait, err)
 	}
 	countAcquire(resultAcquired, wait)
+	if queued || l.Attempts() > 1 {
+		hooks.waited(resultAcquired, wait)
+	}
+	h.logger.Debug("redlock acquired", zap.String("key", key), zap.Int64("wait_ms", wait.Milliseconds()),
+		zap.Int("attempts", l.Attempts()), tokenField(l))
 	// Runs on every way out, panics included. aborted is set only once next returned.
 	aborted := false
-	defer func() { h.finish(l, e, r, aborted) }()
+	defer func() {
+		// reverse_proxy aborts a response the client stopped reading by panicking with
+		// http.ErrAbortHandler, possibly before the context shows the client is gone:
+		// the upstream may still be streaming, so that is a cut-short request too. Other
+		// panics (handler bugs) release at once. Either way the panic goes on up.
+		if rec := recover(); rec != nil {
+			h.finish(l, e, r, rec == http.ErrAbortHandler || ctx.Err() != nil)
+			panic(rec)
+		}
+		h.finish(l, e, r, aborted)
+	}()
 
 	if err := l.KeepAlive(h.s.renew, h.s.maxHold); err != nil {
 		// The lock lapsed between acquire and now (a very slow start): never run unlocked.
@@ -85,7 +103,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		repl.Set(phToken, tok)
 	}
 	e.setHeld(l)
-	stop := h.watchLock(l, cancel, r)
+	stop := h.watchLock(l, e, cancel, r)
 	defer stop() // on a panic in next; a no-op after the call below
 	err = next.ServeHTTP(w, r.WithContext(ctx))
 	stop()
@@ -101,21 +119,35 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 //
 // A request that was cut short while next ran (the client went away, the lock was lost,
 // max_hold, Caddy exiting) only stopped on Caddy's side: the upstream may not have
-// noticed yet and still be working on it. Its lock is therefore kept, renewed, for one
-// more ttl (state "draining") before it is released, so that the next holder does not
-// overlap a straggler. A request that completed, failed or panicked releases at once.
+// noticed yet and still be working on it. Its lock, if still held, is therefore kept,
+// renewed, for one more ttl (state "draining") before it is released, so that the next
+// holder does not overlap a straggler. A request that completed, failed or panicked releases at once,
+// in the background.
 func (h *Handler) finish(l *redlock.Lock, e *inflight, r *http.Request, aborted bool) {
-	if !aborted {
-		h.release(l, r)
-		removeInflight(e)
-		h.locker.drop()
+	// Draining only helps while the lock still keeps others out: a lost lock (renewals
+	// failed, max_hold, force release) is given back at once.
+	if !aborted || l.Err() != nil {
+		// Off the response's critical path: net/http finishes the response (the last
+		// flush, the end of a chunked body) only once ServeHTTP has returned, so a
+		// release round trip here would delay every client. The goroutine holds the
+		// request's locker reference, ends within about two node timeouts (a local
+		// handoff at once), and Cleanup waits for it.
+		h.releasing.Add(1)
+		go func() {
+			defer h.releasing.Done()
+			h.release(l, e, r)
+			removeInflight(e)
+			h.locker.drop()
+		}()
 		return
 	}
 	e.setState(stateDraining)
+	h.logger.Debug("redlock request cut short: lock kept one more ttl before release (draining)",
+		zap.String("key", l.Key()), zap.Int64("held_ms", e.heldFor().Milliseconds()), tokenField(l))
 	// The timer owns the lock and the request's locker reference until it fires; it
 	// always fires (within one ttl), also on reloads and shutdown.
 	time.AfterFunc(h.s.ttl, func() {
-		h.release(l, r)
+		h.release(l, e, r)
 		removeInflight(e)
 		h.locker.drop()
 	})
@@ -129,9 +161,14 @@ func (h *Handler) acquireFailed(w http.ResponseWriter, r *http.Request, next cad
 	case r.Context().Err() != nil:
 		// Checked first: a round cut short by the cancellation can look like a node failure.
 		countAcquire(resultCancelled, wait)
+		hooks.waited(resultCancelled, wait) // a round takes a millisecond: cancelled means cancelled while waiting
+		h.logger.Debug("redlock wait cancelled", zap.String("key", key), zap.Int64("wait_ms", wait.Milliseconds()))
 		return caddyhttp.Error(statusClientClosedRequest, fmt.Errorf("redlock: gave up waiting for key %q: %w", key, context.Cause(r.Context())))
 	case errors.As(err, &busy):
 		countAcquire(resultBusy, wait)
+		hooks.waited(resultBusy, wait)
+		h.logger.Info("redlock key busy", zap.String("key", key), zap.Int64("wait_ms", wait.Milliseconds()),
+			zap.Int("attempts", busy.Attempts), zap.Int("status", h.s.busyStatus))
 		w.Header().Set("Retry-After", retryAfter(busy.RetryAfter))
 		return caddyhttp.Error(h.s.busyStatus, fmt.Errorf("redlock: key %q still busy after waiting %v: %w", key, wait.Round(time.Millisecond), err))
 	case errors.Is(err, redlock.ErrUnavailable), errors.Is(err, redlock.ErrClosed):
@@ -158,7 +195,7 @@ func retryAfter(d time.Duration) string {
 // watchLock cancels the request the moment its lock is lost, so that reverse_proxy stops
 // proxying (and closes streams and websockets) instead of running on unlocked. The
 // returned stop ends the watcher and waits for it; it may be called more than once.
-func (h *Handler) watchLock(l *redlock.Lock, cancel context.CancelCauseFunc, r *http.Request) (stop func()) {
+func (h *Handler) watchLock(l *redlock.Lock, e *inflight, cancel context.CancelCauseFunc, r *http.Request) (stop func()) {
 	done := make(chan struct{})
 	finished := make(chan struct{})
 	go func() {
@@ -187,8 +224,8 @@ func (h *Handler) watchLock(l *redlock.Lock, cancel context.CancelCauseFunc, r *
 		hooks.lost(reason)
 		h.logger.Error("redlock lock lost while the request ran: request aborted",
 			zap.String("key", l.Key()), zap.String("reason", reason), zap.Int("renewals", l.Renewals()),
-			zap.Duration("held", time.Since(l.AcquiredAt())),
-			zap.String("method", r.Method), zap.String("uri", r.RequestURI))
+			zap.Int64("wait_ms", e.waitedFor().Milliseconds()), zap.Int64("held_ms", e.heldFor().Milliseconds()),
+			tokenField(l), zap.String("method", r.Method), zap.String("uri", r.RequestURI))
 	}()
 	var once sync.Once
 	return func() {
@@ -199,10 +236,44 @@ func (h *Handler) watchLock(l *redlock.Lock, cancel context.CancelCauseFunc, r *
 
 // release gives the lock back. Release uses the request context's values but not its
 // cancellation, and is bounded by node_timeout.
-func (h *Handler) release(l *redlock.Lock, r *http.Request) {
+func (h *Handler) release(l *redlock.Lock, e *inflight, r *http.Request) {
 	err := l.Release(r.Context())
-	if err != nil && !errors.Is(err, redlock.ErrReleased) {
+	switch {
+	case err == nil:
+		h.logger.Debug("redlock released", zap.String("key", l.Key()), zap.Int64("held_ms", e.heldFor().Milliseconds()),
+			zap.Int("renewals", l.Renewals()), tokenField(l))
+	case errors.Is(err, redlock.ErrReleased): // already released (force release from the admin API)
+	default:
 		h.logger.Warn("redlock release did not reach a quorum; the rest expires after the ttl",
-			zap.String("key", l.Key()), zap.Error(err))
+			zap.String("key", l.Key()), zap.Int64("held_ms", e.heldFor().Milliseconds()), tokenField(l), zap.Error(err))
 	}
+}
+
+// tokenField logs the fencing token of locks that have one. A token is no secret (the
+// upstream sees it); the lock value is, and is never logged.
+func tokenField(l *redlock.Lock) zap.Field {
+	if !l.Fencing() {
+		return zap.Skip()
+	}
+	return zap.Int64("token", l.Token())
+}
+
+// heldFor is how long the request has held its lock (0 before it got it).
+func (e *inflight) heldFor() time.Duration {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.heldAt.IsZero() {
+		return 0
+	}
+	return time.Since(e.heldAt)
+}
+
+// waitedFor is how long the request waited for its lock (so far, if still waiting).
+func (e *inflight) waitedFor() time.Duration {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.heldAt.IsZero() {
+		return time.Since(e.since)
+	}
+	return e.heldAt.Sub(e.since)
 }

@@ -1,9 +1,11 @@
 package caddyredlock
 
 import (
+	"bufio"
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"strconv"
 	"strings"
@@ -363,5 +365,99 @@ func TestClientGoesAwayWhileHolding(t *testing.T) {
 	noKeysLeft(t, servers, "drain:")
 	if !eventually(3*time.Second, func() bool { return len(inflightRequests()) == 0 }) {
 		t.Errorf("in flight: %+v", inflightRequests())
+	}
+}
+
+// A client that stops reading a streamed response makes reverse_proxy abort with a panic
+// (http.ErrAbortHandler), not with a cancelled context. The upstream may still be
+// working on the request, so the lock must drain like any cut-short request, not be
+// released at once for the next request to overlap the straggler.
+func TestClientGoesAwayMidStream(t *testing.T) {
+	servers := redistest.StartN(t, 5)
+	// Streams one chunk, then works on for 1.5s whatever happens (writes after the
+	// client left fail and are ignored).
+	up := newUpstream(t, 0, func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, "first chunk\n")
+		w.(http.Flusher).Flush()
+		for i := 0; i < 15; i++ {
+			time.Sleep(100 * time.Millisecond)
+			io.WriteString(w, strings.Repeat("x", 32<<10))
+			w.(http.Flusher).Flush()
+		}
+	})
+	s := startCaddy(t, "", fmt.Sprintf(`
+	redlock {
+		%s
+		prefix midstream:
+		ttl 2s
+		node_timeout 200ms
+		wait 20s
+	}
+%s`, redisLine(servers), proxyStreaming(up)))
+
+	conn, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", s.port))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Fprintf(conn, "POST /stream HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n")
+	br := bufio.NewReader(conn)
+	for { // up to the first chunk of the body
+		line, err := br.ReadString('\n')
+		if err != nil {
+			t.Fatalf("reading the response: %v", err)
+		}
+		if strings.Contains(line, "first chunk") {
+			break
+		}
+	}
+	conn.Close() // the client goes away mid-stream; the upstream works on
+	if !eventually(3*time.Second, func() bool {
+		rs := inflightRequests()
+		return len(rs) == 1 && rs[0].State == stateDraining
+	}) {
+		t.Errorf("the cut-short stream's lock is not draining: %+v", inflightRequests())
+	}
+	c := &http.Client{Timeout: 30 * time.Second}
+	if code, _, _ := get(t, c, "POST", s.url+"/stream", nil); code != 200 {
+		t.Errorf("second request: status %d", code)
+	}
+	if hits, overlaps, _ := up.snapshot(); hits != 2 || overlaps != 0 {
+		t.Errorf("upstream: %d hits, %d overlaps (want 2 and 0): %q", hits, overlaps, up.overlapLog)
+	}
+	noKeysLeft(t, servers, "midstream:")
+}
+
+// The release runs after the response has reached the client, not before: with one node
+// of three paused, a release takes a node timeout to finish, and the client has its whole
+// response while the request is still in the table, releasing.
+func TestReleaseIsOffTheResponsePath(t *testing.T) {
+	servers := redistest.StartN(t, 3)
+	up := newUpstream(t, 0, nil)
+	s := startCaddy(t, "", fmt.Sprintf(`
+	redlock {
+		%s
+		prefix offpath:
+		node_timeout 1s
+		ttl 10s
+	}
+%s`, redisLine(servers), proxyTo(up)))
+	c := &http.Client{Timeout: 30 * time.Second}
+	if code, _, _ := get(t, c, "POST", s.url+"/warm", nil); code != 200 { // connections up
+		t.Fatalf("warm-up: status %d", code)
+	}
+	eventually(5*time.Second, func() bool { return len(inflightRequests()) == 0 })
+	if err := servers[2].Pause(); err != nil {
+		t.Fatal(err)
+	}
+	defer servers[2].Resume()
+	code, _, _ := get(t, c, "POST", s.url+"/item", nil)
+	if code != 200 {
+		t.Fatalf("status %d with 2 of 3 nodes answering", code)
+	}
+	if n := len(inflightRequests()); n != 1 {
+		t.Fatalf("%d requests in the table right after the response, want 1 still releasing", n)
+	}
+	if !eventually(10*time.Second, func() bool { return len(inflightRequests()) == 0 }) {
+		t.Fatalf("the release never finished: %+v", inflightRequests())
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"net/textproto"
 	"net/url"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -75,6 +76,9 @@ type Handler struct {
 	locker *lockerLease
 	logger *zap.Logger
 	active *atomic.Int64 // requests of this handler that are waiting or holding
+	// releasing counts the releases of completed requests still running in the
+	// background (see finish); Cleanup waits for them.
+	releasing *sync.WaitGroup
 }
 
 // PathKey is one `path <template> [<key>]` line.
@@ -110,7 +114,13 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	if err != nil {
 		return fmt.Errorf("redlock: redis: %w", err)
 	}
-	h.s, h.keys, h.locker, h.active = s, k, lease, new(atomic.Int64)
+	// Also here, not only in the admin module: with `admin off` the metrics must still
+	// reach a `metrics` handler. Registering again is a no-op.
+	if err := registerMetrics(ctx.GetMetricsRegistry()); err != nil {
+		lease.drop()
+		return err
+	}
+	h.s, h.keys, h.locker, h.active, h.releasing = s, k, lease, new(atomic.Int64), new(sync.WaitGroup)
 	for _, w := range lease.shared.client.Warnings() {
 		h.logger.Warn("redlock configuration", zap.String("warning", w), zap.String("locker", lease.shared.name))
 	}
@@ -132,10 +142,32 @@ func (h *Handler) Cleanup() error {
 	if caddy.Exiting() && h.s != nil {
 		h.abortInflight(h.s.nodeTimeout + time.Second)
 	}
+	if h.s != nil {
+		// Releases of completed requests still on the way: let them reach Redis before
+		// the process may exit (else the keys would stand for a ttl). Each is bounded by
+		// about two node timeouts: the round's late replies, then the release itself.
+		h.waitReleases(2*h.s.nodeTimeout + time.Second)
+	}
 	if h.locker != nil {
 		h.locker.drop()
 	}
 	return nil
+}
+
+// waitReleases waits for the background releases, at most timeout.
+func (h *Handler) waitReleases(timeout time.Duration) {
+	done := make(chan struct{})
+	go func() { // ends when the releases do, each bounded by the node timeouts
+		h.releasing.Wait()
+		close(done)
+	}()
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+		h.logger.Warn("redlock releases still running at cleanup; those keys expire after their ttl")
+	}
 }
 
 // settings are the resolved options with defaults applied.

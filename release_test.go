@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -55,4 +56,27 @@ func TestReleaseOnErrorAndPanic(t *testing.T) {
 	if n := len(inflightRequests()); n != 0 {
 		t.Errorf("%d requests left in the in-flight table", n)
 	}
+}
+
+// The handler registers its metrics in the config's registry itself, so they reach a
+// `metrics` handler also with the admin API (and the admin module) off.
+func TestHandlerRegistersMetrics(t *testing.T) {
+	servers := redistest.StartN(t, 3)
+	ctx, cancel := caddy.NewContext(caddy.Context{Context: context.Background()})
+	defer cancel()
+	h := &Handler{Redis: redistest.URLs(servers), Prefix: "metrics-reg:"}
+	if err := h.Provision(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer h.Cleanup()
+	families, err := ctx.GetMetricsRegistry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if strings.HasPrefix(f.GetName(), "caddy_redlock_") {
+			return
+		}
+	}
+	t.Fatal("no caddy_redlock_ metric in the config's registry after provisioning a handler")
 }

@@ -79,6 +79,7 @@ func (e *LostError) Is(target error) bool { return target == ErrLost }
 const (
 	LostExpired       = "expired"        // validity ended without a successful renewal
 	LostTaken         = "taken"          // a majority no longer holds our value
+	LostVanished      = "vanished"       // a majority no longer has the key at all (deleted, e.g. force released elsewhere)
 	LostMaxHold       = "max_hold"       // the hold reached max_hold
 	LostForceReleased = "force_released" // an operator force-released the key
 )

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/caddy-redlock/caddy-redlock/internal/redistest"
+	"github.com/redis/go-redis/v9"
 )
 
 // A lock renewed by KeepAlive stays held for 5 x ttl.
@@ -185,3 +186,82 @@ func (o *extendCounter) NodeCall(node, op string, rtt time.Duration, err error) 
 	}
 }
 func (o *extendCounter) Renewal(error) {}
+
+// A key deleted on every node behind the holder's back (an operator's force release from
+// another instance) is not put back by the holder's renewals: the holder loses the lock
+// (reason vanished) at its next renewal and the key stays gone.
+func TestRenewalDoesNotUndoForceRelease(t *testing.T) {
+	servers := redistest.StartN(t, 3)
+	c := newTestClient(t, servers, fastOptions())
+	l, err := c.Acquire(context.Background(), "forced", AcquireOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.KeepAlive(100*time.Millisecond, 0); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range servers {
+		rc := redis.NewClient(&redis.Options{Addr: s.Addr()})
+		if err := rc.Del(context.Background(), DefaultPrefix+"forced").Err(); err != nil {
+			t.Fatal(err)
+		}
+		rc.Close()
+	}
+	select {
+	case <-l.Lost():
+	case <-time.After(3 * time.Second):
+		t.Fatal("the holder did not notice its key was deleted on every node")
+	}
+	var le *LostError
+	if !errors.As(l.Err(), &le) || le.Reason != LostVanished {
+		t.Fatalf("lost with %v, want reason %q", l.Err(), LostVanished)
+	}
+	time.Sleep(300 * time.Millisecond) // three more renew intervals
+	for _, s := range servers {
+		if _, ok := rawGet(t, s, "forced"); ok {
+			t.Fatalf("%s: the deleted key was re-created by a renewal", s.Addr())
+		}
+	}
+	_ = l.Release(context.Background())
+}
+
+// A node restarted without persistence lost the key; once its quarantine is over, the
+// holder's renewals put the key back there (the lock still holds on a quorum), so the
+// restarted node rejoins instead of wearing the quorum down.
+func TestRenewalRetakesRestartedNode(t *testing.T) {
+	servers := redistest.StartN(t, 3)
+	opt := fastOptions()
+	opt.TTL = time.Second
+	c := newTestClient(t, servers, opt)
+	waitRunIDs(t, c)
+	l, err := c.Acquire(context.Background(), "rejoin", AcquireOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.KeepAlive(100*time.Millisecond, 0); err != nil {
+		t.Fatal(err)
+	}
+	want, _ := rawGet(t, servers[1], "rejoin")
+	if err := servers[0].Restart(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second) // quarantine (ttl + drift) and a renewal
+	for {
+		if v, ok := rawGet(t, servers[0], "rejoin"); ok {
+			if v != want {
+				t.Fatal("the restarted node holds another value")
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the restarted node never got the key back")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err := l.Err(); err != nil {
+		t.Fatalf("lock lost: %v", err)
+	}
+	if err := l.Release(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -158,8 +158,9 @@ func (l *Lock) Extend(ctx context.Context) (time.Duration, error) {
 }
 
 // applyExtend records one renewal round's outcome for this lock: yes nodes renewed it,
-// no nodes said someone else holds it, errs are the nodes that failed.
-func (l *Lock) applyExtend(start time.Time, yes, no int, errs []error) error {
+// no nodes said someone else holds it, absent nodes no longer have the key, errs are the
+// nodes that failed.
+func (l *Lock) applyExtend(start time.Time, yes, no, absent int, errs []error) error {
 	c := l.c
 	if yes >= c.quorum {
 		l.mu.Lock()
@@ -180,8 +181,14 @@ func (l *Lock) applyExtend(start time.Time, yes, no int, errs []error) error {
 		l.renewals++
 		return nil
 	}
-	if no > len(c.nodes)-c.quorum { // enough nodes say someone else holds it: no majority is possible
-		l.markLost(LostTaken)
+	// No majority is possible any more once more than N-quorum nodes say no or have no
+	// key: someone else holds it, or it was deleted (an operator's force release).
+	if no+absent > len(c.nodes)-c.quorum {
+		reason := LostTaken
+		if no <= len(c.nodes)-c.quorum {
+			reason = LostVanished
+		}
+		l.markLost(reason)
 		return l.Err()
 	}
 	return fmt.Errorf("redlock: extend %q: renewed on %d of %d nodes, need %d: %w", l.key, yes, len(c.nodes), c.quorum, errors.Join(errs...))

@@ -91,6 +91,9 @@ func (r *renewer) due() ([]*Lock, time.Duration) {
 			break
 		}
 		heap.Pop(&r.h)
+		if l.Err() != nil {
+			continue // lost (e.g. force released) but not yet released: never renew it again
+		}
 		l.renewing.Add(1) // under mu, and only while not stopped: never after remove's Wait
 		batch = append(batch, l)
 	}
@@ -128,44 +131,34 @@ func (r *renewer) renew(batch []*Lock) {
 }
 
 // extendBatch renews locks in one script call per node, all nodes at once, and waits
-// for every node (bounded by node_timeout): a re-take that landed after a release would
-// stand for a whole ttl. It returns each lock's outcome (see Lock.applyExtend).
+// for every node (bounded by node_timeout). Locks renewed on a quorum then re-take the
+// nodes where their key is missing (a restarted node rejoins), in a second call to those
+// nodes only, also waited for: a re-take that landed after a release would stand for a
+// whole ttl. It returns each lock's outcome (see Lock.applyExtend).
 func (c *Client) extendBatch(ctx context.Context, locks []*Lock) []error {
 	start := time.Now()
-	keys := make([]string, len(locks))
-	argv := make([]any, 2*len(locks))
-	for i, l := range locks {
-		keys[i] = l.nm.lock
-		argv[i] = l.value
-		argv[len(locks)+i] = l.ttl.Milliseconds()
-	}
+	keys, argv := lockArgs(locks)
 	replies := make([][]int64, len(c.nodes))
 	nodeErrs := make([]error, len(c.nodes))
-	var wg sync.WaitGroup
-	for i, nd := range c.nodes {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if !nd.quarantinedUntil(time.Now()).IsZero() {
-				nodeErrs[i] = fmt.Errorf("%s: quarantined after restart", nd.addr)
-				return
-			}
-			cctx, cancel := context.WithTimeout(ctx, c.opt.NodeTimeout)
-			defer cancel()
-			t0 := time.Now()
-			r, err := extendScript.Run(cctx, nd.client, keys, argv...).Int64Slice()
-			if err == nil && len(r) != len(locks) {
-				err = fmt.Errorf("unexpected extend reply of %d items for %d keys", len(r), len(locks))
-			}
-			nd.record("extend", time.Since(t0), err)
-			if err != nil {
-				nodeErrs[i] = fmt.Errorf("%s: %w", nd.addr, err)
-				return
-			}
-			replies[i] = r
-		}()
-	}
-	wg.Wait()
+	c.eachNode(func(i int, nd *node) {
+		if !nd.quarantinedUntil(time.Now()).IsZero() {
+			nodeErrs[i] = fmt.Errorf("%s: quarantined after restart", nd.addr)
+			return
+		}
+		cctx, cancel := context.WithTimeout(ctx, c.opt.NodeTimeout)
+		defer cancel()
+		t0 := time.Now()
+		r, err := extendScript.Run(cctx, nd.client, keys, argv...).Int64Slice()
+		if err == nil && len(r) != len(locks) {
+			err = fmt.Errorf("unexpected extend reply of %d items for %d keys", len(r), len(locks))
+		}
+		nd.record("extend", time.Since(t0), err)
+		if err != nil {
+			nodeErrs[i] = fmt.Errorf("%s: %w", nd.addr, err)
+			return
+		}
+		replies[i] = r
+	})
 	var errs []error
 	for _, err := range nodeErrs {
 		if err != nil {
@@ -173,20 +166,68 @@ func (c *Client) extendBatch(ctx context.Context, locks []*Lock) []error {
 		}
 	}
 	out := make([]error, len(locks))
+	retake := make([][]*Lock, len(c.nodes)) // per node, the renewed locks it is missing
 	for j, l := range locks {
-		yes, no := 0, 0
+		yes, no, absent := 0, 0, 0
 		for i := range c.nodes {
 			switch {
 			case replies[i] == nil:
-			case replies[i][j] != 0:
+			case replies[i][j] == 1:
 				yes++
+			case replies[i][j] == 2:
+				absent++
 			default:
 				no++
 			}
 		}
-		out[j] = l.applyExtend(start, yes, no, errs)
+		out[j] = l.applyExtend(start, yes, no, absent, errs)
+		if out[j] == nil && absent > 0 {
+			for i := range c.nodes {
+				if replies[i] != nil && replies[i][j] == 2 {
+					retake[i] = append(retake[i], l)
+				}
+			}
+		}
 	}
+	c.retake(ctx, retake)
 	return out
+}
+
+// retake puts renewed locks back on the nodes that lost them. Best effort: the locks
+// already hold on a quorum; a failure only leaves a node out until the next renewal.
+func (c *Client) retake(ctx context.Context, perNode [][]*Lock) {
+	c.eachNode(func(i int, nd *node) {
+		if len(perNode[i]) == 0 {
+			return
+		}
+		keys, argv := lockArgs(perNode[i])
+		cctx, cancel := context.WithTimeout(ctx, c.opt.NodeTimeout)
+		defer cancel()
+		t0 := time.Now()
+		err := retakeScript.Run(cctx, nd.client, keys, argv...).Err()
+		nd.record("retake", time.Since(t0), err)
+	})
+}
+
+// lockArgs are the KEYS and ARGV of extendScript and retakeScript for locks.
+func lockArgs(locks []*Lock) ([]string, []any) {
+	keys := make([]string, len(locks))
+	argv := make([]any, 2*len(locks))
+	for i, l := range locks {
+		keys[i] = l.nm.lock
+		argv[i] = l.value
+		argv[len(locks)+i] = l.ttl.Milliseconds()
+	}
+	return keys, argv
+}
+
+// eachNode runs f for every node at once and waits for all of them.
+func (c *Client) eachNode(f func(i int, nd *node)) {
+	var wg sync.WaitGroup
+	for i, nd := range c.nodes {
+		wg.Go(func() { f(i, nd) })
+	}
+	wg.Wait()
 }
 
 // renewHeap orders kept-alive locks by their next renewal.

@@ -50,8 +50,10 @@ return 1
 `)
 
 // extendScript renews any number of locks in one call: KEYS[i] lock, ARGV[i] its value,
-// ARGV[#KEYS+i] its ttl ms. Per key: 1 = extended, 2 = was absent and re-taken (a
-// restarted node rejoins the quorum), 0 = held by someone else.
+// ARGV[#KEYS+i] its ttl ms. Per key: 1 = extended, 2 = absent, 0 = held by someone else.
+// An absent key is not re-taken here: only a lock still renewed on a quorum may re-take
+// the nodes it is missing from (retakeScript), or a force release (or any deletion of a
+// majority) would be undone by the holder's next renewal.
 var extendScript = redis.NewScript(`
 local n = #KEYS
 local res = {}
@@ -61,13 +63,24 @@ for i, k in ipairs(KEYS) do
     redis.call('PEXPIRE', k, ARGV[n + i])
     res[i] = 1
   elseif not cur then
-    redis.call('SET', k, ARGV[i], 'PX', ARGV[n + i])
     res[i] = 2
   else
     res[i] = 0
   end
 end
 return res
+`)
+
+// retakeScript puts locks back on a node that lost them (a restart without persistence)
+// while a quorum still holds them: SET NX, so it never overwrites another holder.
+// KEYS[i] lock, ARGV[i] value, ARGV[#KEYS+i] ttl ms. Returns how many were set.
+var retakeScript = redis.NewScript(`
+local n = #KEYS
+local set = 0
+for i, k in ipairs(KEYS) do
+  if redis.call('SET', k, ARGV[i], 'NX', 'PX', ARGV[n + i]) then set = set + 1 end
+end
+return set
 `)
 
 // releaseScript is compare-and-delete, then a notice to waiters.
