@@ -3,6 +3,7 @@ package redlock
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -59,6 +60,10 @@ func (b *batcher) run(ctx context.Context) {
 			return
 		case <-b.wake:
 		}
+		// Let the callers that are runnable right now enqueue first: concurrent
+		// requests then share this pipeline instead of each paying a write and a read
+		// on both sides. With nothing else runnable (a lone call) this returns at once.
+		runtime.Gosched()
 		for {
 			batch := b.take()
 			if len(batch) == 0 {

@@ -51,6 +51,14 @@ func BenchmarkConcurrentUniqueKeys(b *testing.B) {
 			n := float64(b.N)
 			b.ReportMetric(float64((processCPU()-cpu0).Microseconds())/n, "client-cpu-µs/op")
 			b.ReportMetric(float64((redisCPU(b, servers)-redis0).Microseconds())/n, "redis-cpu-µs/op")
+			if !c.opt.DisablePipelining {
+				var batches, sent int64
+				for _, nd := range c.nodes {
+					batches += nd.batch.batches.Load()
+					sent += nd.batch.sent.Load()
+				}
+				b.ReportMetric(float64(sent)/float64(max(batches, 1)), "calls/pipeline")
+			}
 		})
 	}
 }
