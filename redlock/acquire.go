@@ -8,6 +8,8 @@ import (
 	mrand "math/rand/v2"
 	"strconv"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // Acquire takes the lock on key, waiting up to o.Wait while it is busy. It returns:
@@ -209,33 +211,12 @@ func (c *Client) tryOnce(ctx context.Context, nm names, owner, value string, ttl
 			replies <- nodeReply{idx: i, err: quarantinedErr{until}}
 			continue
 		}
-		go func() {
-			cctx, cancel := context.WithTimeout(ctx, c.opt.NodeTimeout)
-			defer cancel()
-			t0 := time.Now()
-			r, err := nd.run(cctx, acquireScript, []string{nm.lock, nm.counter}, argv...).Int64Slice()
+		t0 := time.Now()
+		nd.call(ctx, func(cmd *redis.Cmd) {
+			r, err := cmd.Int64Slice()
 			nd.record("acquire", time.Since(t0), err)
-			rep := nodeReply{idx: i, err: err}
-			// A restart is often seen only by the new connection that carried this very
-			// command (OnConnect reads the run_id before sending it): the check before
-			// sending passed, so check again. The reply is then no vote, and as it is not
-			// marked answered, the round's release still goes to this node.
-			if until := nd.quarantinedUntil(time.Now()); !until.IsZero() {
-				rep.err = quarantinedErr{until}
-				replies <- rep
-				return
-			}
-			if err == nil {
-				if len(r) != 2 {
-					rep.err = fmt.Errorf("unexpected acquire reply %v", r)
-				} else if r[0] == 1 {
-					rep.ok, rep.token = true, r[1]
-				} else {
-					rep.busy, rep.pttl = true, time.Duration(r[1])*time.Millisecond
-				}
-			}
-			replies <- rep
-		}()
+			replies <- acquireReply(i, nd, r, err)
+		}, acquireScript, []string{nm.lock, nm.counter}, argv...)
 	}
 
 	var (
@@ -309,6 +290,30 @@ func (c *Client) tryOnce(ctx context.Context, nm names, owner, value string, ttl
 		res.unavailable = &UnavailableError{Quorum: c.quorum, Nodes: errs}
 	}
 	return res
+}
+
+// acquireReply reads one node's answer to the acquire script.
+func acquireReply(i int, nd *node, r []int64, err error) nodeReply {
+	rep := nodeReply{idx: i, err: err}
+	// A restart is often seen only by the new connection that carried this very command
+	// (OnConnect reads the run_id before sending it): the check before sending passed, so
+	// check again. The reply is then no vote, and as it is not marked answered, the
+	// round's release still goes to this node.
+	if until := nd.quarantinedUntil(time.Now()); !until.IsZero() {
+		rep.err = quarantinedErr{until}
+		return rep
+	}
+	if err == nil {
+		switch {
+		case len(r) != 2:
+			rep.err = fmt.Errorf("unexpected acquire reply %v", r)
+		case r[0] == 1:
+			rep.ok, rep.token = true, r[1]
+		default:
+			rep.busy, rep.pttl = true, time.Duration(r[1])*time.Millisecond
+		}
+	}
+	return rep
 }
 
 // commitToken raises the fencing counter to token on a majority while we hold the key

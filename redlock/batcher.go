@@ -2,7 +2,6 @@ package redlock
 
 import (
 	"context"
-	"fmt"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -21,17 +20,20 @@ import (
 // the command is queued, so calls queued behind a batch stuck on a paused node were
 // sent long after their round had given up (and a dead majority took seconds, not a
 // node timeout, to report). Here:
-//   - each caller waits at most its own context (node_timeout), and a call whose
-//     deadline passed while queued is dropped, never sent late;
+//   - a call whose deadline passed while queued is dropped, never sent late, and a sent
+//     batch is bounded by its earliest deadline; as calls queue in deadline order, every
+//     call is answered by its own deadline (the node timeout), give or take scheduling;
 //   - one flusher per node sends batches strictly in order, so a round's cleanup
-//     release can never overtake that round's SET to the same node.
+//     release can never overtake that round's SET to the same node;
+//   - replies are delivered by callback, so a round needs no goroutine or timer per node.
 type batcher struct {
-	nd    *node
-	mu    sync.Mutex
-	queue []*call
-	wake  chan struct{}
+	nd     *node
+	mu     sync.Mutex
+	queue  []*call
+	closed bool
+	wake   chan struct{}
 
-	batches, sent atomic.Int64 // pipelines and calls sent, for tests
+	batches, sent atomic.Int64 // pipelines and calls sent, for tests and benchmarks
 }
 
 // call is one script invocation waiting for its batch.
@@ -41,7 +43,9 @@ type call struct {
 	args     []any
 	deadline time.Time
 	cmd      *redis.Cmd
-	done     chan struct{} // closed when cmd holds the result (or the call was dropped)
+	// deliver receives the reply exactly once, on the flusher goroutine (or on the
+	// submitter's, once the client is closed). It must not block.
+	deliver func(*redis.Cmd)
 }
 
 // maxPipeline bounds one batch, so one pipeline never holds a node long.
@@ -56,7 +60,7 @@ func (b *batcher) run(ctx context.Context) {
 	for {
 		select {
 		case <-ctx.Done():
-			b.failQueued(ErrClosed)
+			b.close(ErrClosed)
 			return
 		case <-b.wake:
 		}
@@ -74,30 +78,22 @@ func (b *batcher) run(ctx context.Context) {
 	}
 }
 
-// do runs script on the node through the batcher and waits for its reply, at most
-// until ctx ends (ctx must have a deadline: the node timeout).
-func (b *batcher) do(ctx context.Context, script *redis.Script, keys []string, args ...any) *redis.Cmd {
-	deadline, ok := ctx.Deadline()
-	if !ok {
-		deadline = time.Now().Add(b.nd.c.opt.NodeTimeout)
-	}
-	c := &call{script: script, keys: keys, args: args, deadline: deadline, cmd: redis.NewCmd(ctx), done: make(chan struct{})}
+// submit queues script for the node; deliver gets the reply by deadline (see above).
+func (b *batcher) submit(deadline time.Time, deliver func(*redis.Cmd), script *redis.Script, keys []string, args ...any) {
+	c := &call{script: script, keys: keys, args: args, deadline: deadline,
+		cmd: redis.NewCmd(context.Background()), deliver: deliver}
 	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		c.cmd.SetErr(ErrClosed)
+		deliver(c.cmd)
+		return
+	}
 	b.queue = append(b.queue, c)
 	b.mu.Unlock()
 	select {
 	case b.wake <- struct{}{}:
 	default:
-	}
-	select {
-	case <-c.done:
-		return c.cmd
-	case <-ctx.Done():
-		// The call may still be sent if it already left the queue; its reply is then
-		// dropped here. Callers that must not overtake it go through this batcher too.
-		cmd := redis.NewCmd(ctx)
-		cmd.SetErr(fmt.Errorf("redlock: %s: %w", b.nd.addr, ctx.Err()))
-		return cmd
 	}
 }
 
@@ -116,7 +112,7 @@ func (b *batcher) take() []*call {
 	for _, c := range batch {
 		if !now.Before(c.deadline) {
 			c.cmd.SetErr(context.DeadlineExceeded)
-			close(c.done)
+			c.deliver(c.cmd)
 			continue
 		}
 		live = append(live, c)
@@ -124,9 +120,9 @@ func (b *batcher) take() []*call {
 	return live
 }
 
-// send writes one batch as a pipeline, bounded by its earliest deadline, and hands each
-// call its reply. Scripts unknown to the node (restarted, SCRIPT FLUSH) are loaded and
-// their calls sent once more.
+// send writes one batch as a pipeline, bounded by its earliest deadline, and delivers
+// each call's reply. Scripts unknown to the node (restarted, SCRIPT FLUSH) are loaded
+// and their calls sent once more.
 func (b *batcher) send(ctx context.Context, batch []*call) {
 	earliest := batch[0].deadline
 	for _, c := range batch[1:] {
@@ -145,7 +141,7 @@ func (b *batcher) send(ctx context.Context, batch []*call) {
 		}
 	}
 	for _, c := range batch {
-		close(c.done)
+		c.deliver(c.cmd)
 	}
 }
 
@@ -187,14 +183,14 @@ func loadScripts(ctx context.Context, client *redis.Client, calls []*call) error
 	return nil
 }
 
-// failQueued ends the calls still queued when the client closes.
-func (b *batcher) failQueued(err error) {
+// close fails the calls still queued and every later one: the client is closing.
+func (b *batcher) close(err error) {
 	b.mu.Lock()
 	q := b.queue
-	b.queue = nil
+	b.queue, b.closed = nil, true
 	b.mu.Unlock()
 	for _, c := range q {
 		c.cmd.SetErr(err)
-		close(c.done)
+		c.deliver(c.cmd)
 	}
 }

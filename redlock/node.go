@@ -110,13 +110,23 @@ func newNode(c *Client, raw string) (*node, error) {
 	return n, nil
 }
 
-// run runs a per-request script on the node: through the batcher when pipelining, else
-// on a connection of its own. ctx carries the node timeout.
-func (n *node) run(ctx context.Context, script *redis.Script, keys []string, args ...any) *redis.Cmd {
-	if n.batch != nil {
-		return n.batch.do(ctx, script, keys, args...)
+// call runs a per-request script on the node and hands the reply to deliver, exactly
+// once and by about the node timeout (or ctx's deadline, if sooner): through the batcher
+// when pipelining, else on a connection and goroutine of its own. deliver must not block.
+func (n *node) call(ctx context.Context, deliver func(*redis.Cmd), script *redis.Script, keys []string, args ...any) {
+	deadline := time.Now().Add(n.c.opt.NodeTimeout)
+	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+		deadline = d
 	}
-	return script.Run(ctx, n.client, keys, args...)
+	if n.batch != nil {
+		n.batch.submit(deadline, deliver, script, keys, args...)
+		return
+	}
+	go func() {
+		cctx, cancel := context.WithDeadline(ctx, deadline)
+		defer cancel()
+		deliver(script.Run(cctx, n.client, keys, args...))
+	}()
 }
 
 // onConnect learns the run_id on every new connection, before it carries any command:

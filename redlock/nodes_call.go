@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"sync/atomic"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // onAll runs f on every node at once (skipping those marked in skip), each bounded by
@@ -62,15 +64,42 @@ func (c *Client) releaseOnNodes(ctx context.Context, nm names, value string, ski
 	if subscribed {
 		own = 1
 	}
+	type reply struct {
+		deleted bool
+		err     error
+	}
+	replies := make(chan reply, len(c.nodes)) // buffered: deliveries never block
 	var others atomic.Bool
-	deleted, _, errs := c.onAll(ctx, "release", skip, func(cctx context.Context, nd *node) (bool, error) {
-		r, err := nd.run(cctx, releaseScript, []string{nm.lock}, value, nm.channel, c.id).Int64()
-		// r = 1 + receivers when deleted. Where our own subscription is not confirmed
-		// this undercounts, never overcounts: a yield is never made up.
-		if r-1-own > 0 {
-			others.Store(true)
+	sent := 0
+	for i, nd := range c.nodes {
+		if skip != nil && skip[i] {
+			continue
 		}
-		return r >= 1, err
-	}, 0)
+		sent++
+		t0 := time.Now()
+		nd.call(ctx, func(cmd *redis.Cmd) {
+			r, err := cmd.Int64()
+			nd.record("release", time.Since(t0), err)
+			if err != nil {
+				err = fmt.Errorf("%s: %w", nd.addr, err)
+			}
+			// r = 1 + receivers when deleted. Where our own subscription is not confirmed
+			// this undercounts, never overcounts: a yield is never made up.
+			if r-1-own > 0 {
+				others.Store(true)
+			}
+			replies <- reply{r >= 1, err}
+		}, releaseScript, []string{nm.lock}, value, nm.channel, c.id)
+	}
+	deleted := 0
+	var errs []error
+	for range sent {
+		r := <-replies
+		if r.err != nil {
+			errs = append(errs, r.err)
+		} else if r.deleted {
+			deleted++
+		}
+	}
 	return deleted, others.Load(), errs
 }
