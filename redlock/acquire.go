@@ -83,7 +83,7 @@ func (c *Client) contend(ctx, waitCtx context.Context, q *keyQueue, key string, 
 			return nil, ErrClosed
 		}
 		value := owner + strconv.Itoa(attempt)
-		res := c.tryOnce(ctx, nm, owner, value, ttl, fencing)
+		res := c.tryOnce(ctx, nm, owner, attempt, ttl, fencing)
 		if res.validity > 0 {
 			l := &Lock{c: c, nm: nm, key: key, value: value, ttl: ttl, token: res.token, fencing: fencing,
 				acquiredAt: start, attempts: attempt, q: q, settled: res.settled}
@@ -201,11 +201,12 @@ type nodeReply struct {
 
 // tryOnce is one Redlock round: SET on all nodes at once, quorum and validity check,
 // fencing commit, and on failure a release on every node that may hold our value.
-func (c *Client) tryOnce(ctx context.Context, nm names, owner, value string, ttl time.Duration, fencing bool) attemptResult {
+func (c *Client) tryOnce(ctx context.Context, nm names, owner string, attempt int, ttl time.Duration, fencing bool) attemptResult {
 	start := time.Now()
+	value := owner + strconv.Itoa(attempt)
 	n := len(c.nodes)
 	replies := make(chan nodeReply, n) // buffered: stragglers finish on their own timeout, never leak
-	argv := []any{value, ttl.Milliseconds(), owner, boolArg(fencing), fencingCounterTTL.Milliseconds()}
+	argv := []any{value, ttl.Milliseconds(), owner, boolArg(fencing), fencingCounterTTL.Milliseconds(), attempt}
 	for i, nd := range c.nodes {
 		if until := nd.quarantinedUntil(start); !until.IsZero() {
 			replies <- nodeReply{idx: i, err: quarantinedErr{until}}

@@ -10,18 +10,24 @@ import "github.com/redis/go-redis/v9"
 // Fencing counters and release channels live under other names (see names.go).
 
 // acquireScript: KEYS[1] lock, KEYS[2] fencing counter.
-// ARGV[1] value, ARGV[2] ttl ms, ARGV[3] owner prefix, ARGV[4] "1" for fencing, ARGV[5] counter ttl ms.
-// The key is taken when absent or when it holds a value of an earlier attempt of the same
-// Acquire call (same owner prefix: a reply was lost or a round failed), so a retry is never
-// blocked by its own leftovers, while a late release of that earlier attempt (which compares
-// the full value) can never delete the new one. Busy returns {0, PTTL of the holder's key}.
+// ARGV[1] value, ARGV[2] ttl ms, ARGV[3] owner prefix, ARGV[4] "1" for fencing, ARGV[5]
+// counter ttl ms, ARGV[6] this attempt's number (the value is owner prefix .. attempt).
+// The key is taken when absent or when it holds the value of an EARLIER attempt of the
+// same Acquire call (a reply was lost or a round failed), so a retry is never blocked by
+// its own leftovers, while a late release of that earlier attempt (which compares the
+// full value) can never delete the new one. A later attempt's value is never taken over:
+// an earlier round's SET that arrives late (on another connection) would otherwise
+// replace the value a later, granted round holds, and that earlier round's cleanup would
+// then delete it, freeing the node under the holder. Busy returns {0, PTTL}.
 //
 // The fencing counter is max(counter+1, node time in µs): a counter lost in a restart or
 // expired for disuse restarts from the clock, above every token issued before (doc.go).
 var acquireScript = redis.NewScript(`
 local cur = redis.call('GET', KEYS[1])
-if cur and string.sub(cur, 1, #ARGV[3]) ~= ARGV[3] then
-  return {0, redis.call('PTTL', KEYS[1])}
+if cur then
+  if string.sub(cur, 1, #ARGV[3]) ~= ARGV[3] or (tonumber(string.sub(cur, #ARGV[3] + 1)) or 0) >= tonumber(ARGV[6]) then
+    return {0, redis.call('PTTL', KEYS[1])}
+  end
 end
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 local token = 0

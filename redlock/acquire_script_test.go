@@ -1,0 +1,72 @@
+package redlock
+
+import (
+	"context"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/caddy-redlock/caddy-redlock/internal/redistest"
+	"github.com/redis/go-redis/v9"
+)
+
+// The chaos suite found two holders at once: round 20 of one Acquire was granted on a
+// majority including node X; round 19's SET, sent earlier on another connection, reached
+// X after it, took the key over (same owner) and round 19's cleanup release then deleted
+// it, so another client got a majority including X. Replayed here on a real node: a late
+// earlier attempt must neither take over nor delete a later attempt's key, while a later
+// attempt still takes over an earlier one's leftover.
+func TestLateEarlierAttemptCannotTakeOverLaterOne(t *testing.T) {
+	srv := redistest.StartN(t, 1)[0]
+	rc := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	defer rc.Close()
+	ctx := context.Background()
+	const owner = "OWNERPREFIX:"
+	acquire := func(attempt int) []int64 {
+		t.Helper()
+		r, err := acquireScript.Run(ctx, rc, []string{"k", "k\x00fence"},
+			owner+strconv.Itoa(attempt), 5000, owner, "0", 60000, attempt).Int64Slice()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	if r := acquire(20); r[0] != 1 { // round 20 granted here
+		t.Fatalf("attempt 20 on a free key: %v", r)
+	}
+	if r := acquire(19); r[0] != 0 { // round 19's SET arrives late
+		t.Fatalf("late attempt 19 took over attempt 20's key: %v", r)
+	}
+	// Round 19's cleanup: compare-and-delete with its own value.
+	if n, err := releaseScript.Run(ctx, rc, []string{"k"}, owner+"19", "chan", "id").Int64(); err != nil || n != 0 {
+		t.Fatalf("release of attempt 19: %d %v", n, err)
+	}
+	if v, _ := rc.Get(ctx, "k").Result(); v != owner+"20" {
+		t.Fatalf("key holds %q, want attempt 20's value", v)
+	}
+	if r := acquire(20); r[0] != 0 { // the same attempt again (a duplicate) is not a new grant
+		t.Fatalf("attempt 20 granted twice: %v", r)
+	}
+	if r := acquire(21); r[0] != 1 { // a later attempt takes over its own leftover
+		t.Fatalf("attempt 21 blocked by attempt 20's leftover: %v", r)
+	}
+	if v, _ := rc.Get(ctx, "k").Result(); v != owner+"21" {
+		t.Fatalf("key holds %q, want attempt 21's value", v)
+	}
+	if r := acquireOther(t, rc); r[0] != 0 { // another owner is always busy
+		t.Fatalf("another owner took the key: %v", r)
+	}
+	if ttl, _ := rc.PTTL(ctx, "k").Result(); ttl <= 0 || ttl > 5*time.Second {
+		t.Fatalf("PTTL %v", ttl)
+	}
+}
+
+func acquireOther(t *testing.T, rc *redis.Client) []int64 {
+	t.Helper()
+	r, err := acquireScript.Run(context.Background(), rc, []string{"k", "k\x00fence"},
+		"OTHER:1", 5000, "OTHER:", "0", 60000, 1).Int64Slice()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
