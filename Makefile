@@ -3,15 +3,19 @@ GO ?= go
 
 .PHONY: test vet fuzz-short build demo demo-check bench bench-lib
 
-## test: what CI runs: formatting, vet, the race-enabled test suite and short fuzz runs.
+## test: what CI runs: formatting, vet (all three modules), the race-enabled test suite,
+## short fuzz runs and the short chaos suite.
 test: vet
 	$(GO) test -race -count=1 -timeout 20m ./...
 	$(MAKE) fuzz-short
+	$(MAKE) chaos-short
 
 vet:
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	  if [ -n "$$unformatted" ]; then echo "gofmt needed: $$unformatted"; exit 1; fi
 	$(GO) vet ./...
+	$(GO) -C chaos vet ./...
+	$(GO) -C bench vet ./...
 
 ## fuzz-short: a few seconds of each fuzz target (CI); run longer by hand with -fuzztime.
 fuzz-short:

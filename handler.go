@@ -131,10 +131,10 @@ func (h *Handler) finish(l *redlock.Lock, e *inflight, r *http.Request, aborted 
 		// flush, the end of a chunked body) only once ServeHTTP has returned, so a
 		// release round trip here would delay every client. The goroutine holds the
 		// request's locker reference, ends within about two node timeouts (a local
-		// handoff at once), and Cleanup waits for it.
+		// handoff at once), and an exiting Caddy waits for it.
 		h.releasing.Add(1)
 		go func() {
-			defer h.releasing.Done()
+			defer h.releasing.Add(-1)
 			h.release(l, e, r)
 			removeInflight(e)
 			h.locker.drop()

@@ -10,7 +10,6 @@ import (
 	"net/textproto"
 	"net/url"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -77,8 +76,8 @@ type Handler struct {
 	logger *zap.Logger
 	active *atomic.Int64 // requests of this handler that are waiting or holding
 	// releasing counts the releases of completed requests still running in the
-	// background (see finish); Cleanup waits for them.
-	releasing *sync.WaitGroup
+	// background (see finish); Cleanup waits for them when the process exits.
+	releasing *atomic.Int64
 }
 
 // PathKey is one `path <template> [<key>]` line.
@@ -120,7 +119,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		lease.drop()
 		return err
 	}
-	h.s, h.keys, h.locker, h.active, h.releasing = s, k, lease, new(atomic.Int64), new(sync.WaitGroup)
+	h.s, h.keys, h.locker, h.active, h.releasing = s, k, lease, new(atomic.Int64), new(atomic.Int64)
 	for _, w := range lease.shared.client.Warnings() {
 		h.logger.Warn("redlock configuration", zap.String("warning", w), zap.String("locker", lease.shared.name))
 	}
@@ -141,11 +140,10 @@ func (h *Handler) Validate() error { return nil }
 func (h *Handler) Cleanup() error {
 	if caddy.Exiting() && h.s != nil {
 		h.abortInflight(h.s.nodeTimeout + time.Second)
-	}
-	if h.s != nil {
 		// Releases of completed requests still on the way: let them reach Redis before
-		// the process may exit (else the keys would stand for a ttl). Each is bounded by
+		// the process exits (else the keys would stand for a ttl). Each is bounded by
 		// about two node timeouts: the round's late replies, then the release itself.
+		// (On a reload they simply finish: the process goes on.)
 		h.waitReleases(2*h.s.nodeTimeout + time.Second)
 	}
 	if h.locker != nil {
@@ -154,19 +152,15 @@ func (h *Handler) Cleanup() error {
 	return nil
 }
 
-// waitReleases waits for the background releases, at most timeout.
+// waitReleases waits for the background releases, at most timeout. Polling keeps it
+// free of helper goroutines, and new releases may still start while it waits.
 func (h *Handler) waitReleases(timeout time.Duration) {
-	done := make(chan struct{})
-	go func() { // ends when the releases do, each bounded by the node timeouts
-		h.releasing.Wait()
-		close(done)
-	}()
-	t := time.NewTimer(timeout)
-	defer t.Stop()
-	select {
-	case <-done:
-	case <-t.C:
-		h.logger.Warn("redlock releases still running at cleanup; those keys expire after their ttl")
+	deadline := time.Now().Add(timeout)
+	for h.releasing.Load() > 0 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if n := h.releasing.Load(); n > 0 {
+		h.logger.Warn("exiting with releases still on the way; those keys expire after their ttl", zap.Int64("releases", n))
 	}
 }
 

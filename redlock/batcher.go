@@ -152,10 +152,16 @@ func (b *batcher) exec(ctx context.Context, calls []*call) {
 	for i, c := range calls {
 		cmds[i] = c.script.EvalSha(ctx, pipe, c.keys, c.args...)
 	}
-	_, _ = pipe.Exec(ctx) // per-command errors are in cmds
+	_, execErr := pipe.Exec(ctx) // per-command errors are in cmds...
 	for i, c := range calls {
+		err := cmds[i].Err()
+		if err == nil && cmds[i].Val() == nil && execErr != nil {
+			// ...except when the connection could not be set up (WRONGPASS, NOAUTH):
+			// go-redis then returns the error from Exec only.
+			err = execErr
+		}
 		c.cmd.SetVal(cmds[i].Val())
-		c.cmd.SetErr(cmds[i].Err())
+		c.cmd.SetErr(err)
 	}
 }
 
