@@ -71,6 +71,11 @@ func wantOK(t *testing.T, s *site, path string) {
 	if code, body, _ := get(t, c, "GET", s.url+path, nil); code != http.StatusOK {
 		t.Errorf("GET %s: %d %q, want 200", path, code, body)
 	}
+	// The release follows the response, in the background: let it land before the test
+	// changes what the nodes hold.
+	if !eventually(5*time.Second, func() bool { return len(inflightRequests()) == 0 }) {
+		t.Errorf("GET %s: the lock was not released: %+v", path, inflightRequests())
+	}
 }
 
 // wantLogged waits until Caddy's log has a line with every part.
