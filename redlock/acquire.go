@@ -250,16 +250,18 @@ func (c *Client) tryOnce(ctx context.Context, nm names, owner string, attempt in
 			break
 		}
 	}
-	// Replies still on the way (each bounded by node_timeout) must be in before any
-	// release of this round's value is sent to their nodes: a release that overtook its
-	// SET would leave that SET standing for a whole ttl.
+	// Replies still on the way (each bounded by node_timeout). Without pipelining they
+	// must be in before any release of this round's value goes to their nodes: a release
+	// that overtook its SET would leave that SET standing for a whole ttl. (With
+	// pipelining, each node's batcher sends in order, so a release queues behind the SET.)
 	pending := n - received
 	settled := make(chan struct{})
+	lateBusy := make([]bool, n) // written by the goroutine below, read after settled
 	c.goBackground(func() {
 		defer close(settled)
 		for i := 0; i < pending; i++ {
 			if r := <-replies; r.busy {
-				answered[r.idx] = true
+				lateBusy[r.idx] = true
 			}
 		}
 	})
@@ -280,8 +282,16 @@ func (c *Client) tryOnce(ctx context.Context, nm names, owner string, attempt in
 			return res
 		}
 	}
+	// A failed round gives back its grants at once: they keep the key busy for everyone
+	// (split votes) until released. With pipelining the release queues behind each
+	// node's SET, so the grants of fast nodes need not wait for a slow node's reply.
 	c.goBackground(func() {
-		<-settled
+		if c.opt.DisablePipelining {
+			<-settled
+			for i, b := range lateBusy {
+				answered[i] = answered[i] || b
+			}
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), c.opt.NodeTimeout)
 		defer cancel()
 		c.releaseOnNodes(ctx, nm, value, answered, false)

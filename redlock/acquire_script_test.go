@@ -2,6 +2,7 @@ package redlock
 
 import (
 	"context"
+	"errors"
 	"strconv"
 	"testing"
 	"time"
@@ -69,4 +70,43 @@ func acquireOther(t *testing.T, rc *redis.Client) []int64 {
 		t.Fatal(err)
 	}
 	return r
+}
+
+// A failed round gives its grants back at once, not only after a slow node's reply: the
+// grant on a fast node is gone while the paused node's call is still pending (node
+// timeout 3s), so it does not keep the key busy for other contenders meanwhile.
+func TestFailedRoundReleasesGrantsBeforeSlowNodes(t *testing.T) {
+	servers := redistest.StartN(t, 5)
+	opt := fastOptions()
+	opt.NodeTimeout = 3 * time.Second
+	opt.TTL = 10 * time.Second
+	c := newTestClient(t, servers, opt)
+	ctx := context.Background()
+	for _, s := range servers[1:4] { // another client holds the key on a majority
+		rc := redis.NewClient(&redis.Options{Addr: s.Addr()})
+		if err := rc.Set(ctx, DefaultPrefix+"early", "someone-else", 10*time.Second).Err(); err != nil {
+			t.Fatal(err)
+		}
+		rc.Close()
+	}
+	if _, err := c.Acquire(ctx, "warm", AcquireOptions{}); err != nil { // connections up
+		t.Fatal(err)
+	}
+	if err := servers[4].Pause(); err != nil {
+		t.Fatal(err)
+	}
+	defer servers[4].Resume()
+	start := time.Now()
+	if _, err := c.Acquire(ctx, "early", AcquireOptions{}); !errors.Is(err, ErrBusy) {
+		t.Fatalf("got %v, want busy", err)
+	}
+	for {
+		if _, ok := rawGet(t, servers[0], "early"); !ok {
+			break
+		}
+		if time.Since(start) > 2*time.Second { // the paused node's call is still pending
+			t.Fatal("the failed round's grant on node 0 waits for the paused node")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }

@@ -263,7 +263,9 @@ func (l *Lock) Release(ctx context.Context) error {
 	if held && c.handoff(l) {
 		return nil
 	}
-	<-l.settled // bounded by node_timeout; usually long closed
+	if c.opt.DisablePipelining {
+		<-l.settled // the winning round's late SETs first (bounded by node_timeout)
+	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.opt.NodeTimeout)
 	defer cancel()
 	subscribed := c.queues.subscribed(l.q)
