@@ -135,8 +135,11 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 func (h *Handler) Validate() error { return nil }
 
 // Cleanup gives up this handler's use of its locker. On a reload it leaves running
-// requests alone (the locker stays open until they are done); when the process exits it
-// aborts them so their locks are released instead of lingering for a ttl.
+// requests alone (the locker stays open until they are done). When the process exits
+// (after Caddy's grace period for running requests) it cuts the requests still running:
+// like any cut-short request their locks are not released but left to expire after a
+// ttl, since their upstream may still be working on them; and it waits for the releases
+// of completed requests still on their way.
 func (h *Handler) Cleanup() error {
 	if caddy.Exiting() && h.s != nil {
 		h.abortInflight(h.s.nodeTimeout + time.Second)

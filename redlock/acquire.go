@@ -75,6 +75,7 @@ func (c *Client) contend(ctx, waitCtx context.Context, q *keyQueue, key string, 
 		// Our release just reached other clients' waiters: give them the first go, so
 		// that instances take turns. Bounded: if none of them takes the key, we try.
 		w = c.queues.ensureWatch(q, c.notices, nm.channel)
+		c.waitSubscribed(waitCtx, w) // or their release could slip past unnoticed
 		c.yieldTo(waitCtx, w)
 	}
 	unavailable := 0
@@ -121,13 +122,7 @@ func (c *Client) contend(ctx, waitCtx context.Context, q *keyQueue, key string, 
 			// Subscribe before the next try, and make sure enough nodes confirmed, so a
 			// release between that try and our sleep cannot go unnoticed.
 			w = c.queues.ensureWatch(q, c.notices, nm.channel)
-			t := time.NewTimer(c.opt.NodeTimeout)
-			select {
-			case <-w.ready:
-			case <-t.C:
-			case <-waitCtx.Done():
-			}
-			t.Stop()
+			c.waitSubscribed(waitCtx, w)
 			continue
 		}
 		delay := c.retryDelay()
@@ -141,6 +136,18 @@ func (c *Client) contend(ctx, waitCtx context.Context, q *keyQueue, key string, 
 		case <-waitCtx.Done():
 		}
 		t.Stop()
+	}
+}
+
+// waitSubscribed waits until enough nodes confirmed w's subscription that any majority
+// includes one of them, at most a node timeout.
+func (c *Client) waitSubscribed(ctx context.Context, w *watch) {
+	t := time.NewTimer(c.opt.NodeTimeout)
+	defer t.Stop()
+	select {
+	case <-w.ready:
+	case <-t.C:
+	case <-ctx.Done():
 	}
 }
 

@@ -135,7 +135,7 @@ func (b *batcher) send(ctx context.Context, batch []*call) {
 	b.batches.Add(1)
 	b.sent.Add(int64(len(batch)))
 	b.exec(ctx, batch)
-	if retry := noScript(batch); len(retry) > 0 && ctx.Err() == nil {
+	if retry := noScriptRetry(batch); len(retry) > 0 && ctx.Err() == nil {
 		if err := loadScripts(ctx, b.nd.client, retry); err == nil {
 			b.exec(ctx, retry)
 		}
@@ -165,10 +165,17 @@ func (b *batcher) exec(ctx context.Context, calls []*call) {
 	}
 }
 
-func noScript(calls []*call) []*call {
+// noScriptRetry lists, in order, what must go again once the scripts are loaded: the
+// calls refused with NOSCRIPT, and every release behind the first of them. A release of
+// a value whose SET was refused ran before that SET: it must run again after it
+// (compare-and-delete may be repeated), or the retried SET would stand for a ttl.
+func noScriptRetry(calls []*call) []*call {
 	var out []*call
+	seen := false
 	for _, c := range calls {
-		if err := c.cmd.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+		ns := c.cmd.Err() != nil && redis.HasErrorPrefix(c.cmd.Err(), "NOSCRIPT")
+		seen = seen || ns
+		if ns || (seen && c.script == releaseScript) {
 			out = append(out, c)
 		}
 	}

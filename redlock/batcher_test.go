@@ -84,3 +84,37 @@ func TestBatcherRecoversFromScriptFlush(t *testing.T) {
 		}
 	}
 }
+
+// A node that lost its scripts (restart, SCRIPT FLUSH) may refuse a round's SET with
+// NOSCRIPT while the same pipeline's later release of that value runs (its script was
+// loaded): the release then ran first, for nothing. After loading, it must run again
+// behind the retried SET, or our value would stand on the node for a ttl.
+func TestBatcherNoScriptRetryKeepsOrder(t *testing.T) {
+	servers := redistest.StartN(t, 1)
+	c := newTestClient(t, servers, fastOptions())
+	ctx := context.Background()
+	rc := redis.NewClient(&redis.Options{Addr: servers[0].Addr()})
+	defer rc.Close()
+	if err := rc.ScriptFlush(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := releaseScript.Load(ctx, rc).Err(); err != nil { // only the release is known
+		t.Fatal(err)
+	}
+	nm := c.names("noscript")
+	const owner, value = "OWNER:", "OWNER:1"
+	deadline := time.Now().Add(time.Second)
+	mk := func(script *redis.Script, keys []string, args ...any) *call {
+		return &call{script: script, keys: keys, args: args, deadline: deadline,
+			cmd: redis.NewCmd(ctx), deliver: func(*redis.Cmd) {}}
+	}
+	acq := mk(acquireScript, []string{nm.lock, nm.counter}, value, 5000, owner, "0", 60000, 1)
+	rel := mk(releaseScript, []string{nm.lock}, value, nm.channel, "id")
+	c.nodes[0].batch.send(ctx, []*call{acq, rel})
+	if err := acq.cmd.Err(); err != nil {
+		t.Fatalf("acquire after the script was loaded: %v", err)
+	}
+	if _, ok := rawGet(t, servers[0], "noscript"); ok {
+		t.Fatal("the retried SET stands: its release ran before it and was not sent again")
+	}
+}

@@ -337,3 +337,63 @@ func TestHandoffStreaksAreFairAcrossClients(t *testing.T) {
 		t.Fatalf("holds per client %d:%d: one client starved the other", a, b)
 	}
 }
+
+// A renewal in flight when the holder releases may find the key gone (deleted behind its
+// back on a majority): the lock is then lost and must not be handed on. One node is
+// paused so that every renewal takes a node timeout; Release comes while the first
+// renewal after the deletes is on its way.
+func TestNoHandoffOfLockFoundGoneByRenewalInFlight(t *testing.T) {
+	servers := redistest.StartN(t, 3)
+	opt := fastOptions()
+	opt.NodeTimeout = time.Second
+	opt.TTL = 10 * time.Second
+	c := newTestClient(t, servers, opt)
+	l, err := c.Acquire(context.Background(), "gone", AcquireOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.KeepAlive(100*time.Millisecond, 0); err != nil {
+		t.Fatal(err)
+	}
+	waiter := queueWaiter(t, c, "gone", AcquireOptions{Wait: 10 * time.Second})
+	if err := servers[2].Pause(); err != nil {
+		t.Fatal(err)
+	}
+	defer servers[2].Resume()
+	r0 := l.Renewals()
+	eventually(t, "a renewal to complete", func() bool { return l.Renewals() > r0 })
+	for _, s := range servers[:2] { // right after it: the next one starts in 100ms
+		rc := redis.NewClient(&redis.Options{Addr: s.Addr()})
+		if err := rc.Del(context.Background(), DefaultPrefix+"gone").Err(); err != nil {
+			t.Fatal(err)
+		}
+		rc.Close()
+	}
+	time.Sleep(400 * time.Millisecond) // the next renewal hangs on the paused node
+	_ = l.Release(context.Background())
+	next := receive(t, waiter)
+	if next.Handed() {
+		t.Fatal("a lock whose key was gone from a majority was handed to the next waiter")
+	}
+	_ = next.Release(context.Background())
+}
+
+// While a force release of a key is under way, a released lock is not handed on: the
+// handed lock would hold keys about to be deleted.
+func TestNoHandoffDuringForceRelease(t *testing.T) {
+	servers := redistest.StartN(t, 3)
+	c := newTestClient(t, servers, fastOptions())
+	l, err := c.Acquire(context.Background(), "forcing", AcquireOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waiter := queueWaiter(t, c, "forcing", AcquireOptions{Wait: 5 * time.Second})
+	c.queues.beginForce("forcing")
+	_ = l.Release(context.Background())
+	c.queues.endForce("forcing")
+	next := receive(t, waiter)
+	if next.Handed() {
+		t.Fatal("handed on during a force release")
+	}
+	_ = next.Release(context.Background())
+}

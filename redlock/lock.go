@@ -247,6 +247,13 @@ func (l *Lock) Release(ctx context.Context) error {
 		return ErrReleased
 	}
 	l.released = true
+	l.mu.Unlock()
+	// First wait for a renewal in flight (none may land after the delete), and only then
+	// judge whether the lock is still held: that renewal may just have found the key gone
+	// (a force release elsewhere, an expiry across a pause) and marked the lock lost, and a
+	// lost lock must never be handed on.
+	l.c.renewer.remove(l)
+	l.mu.Lock()
 	held := l.lostErr == nil
 	l.expiry.Stop()
 	if l.maxHold != nil {
@@ -257,7 +264,6 @@ func (l *Lock) Release(ctx context.Context) error {
 		close(l.lost)
 	}
 	l.mu.Unlock()
-	l.c.renewer.remove(l) // waits for a renewal in flight: none may land after the delete
 
 	c := l.c
 	if held && c.handoff(l) {

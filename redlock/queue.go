@@ -14,6 +14,8 @@ import (
 type queues struct {
 	mu sync.Mutex
 	m  map[string]*keyQueue
+	// forcing counts the force releases under way per key: no handoff meanwhile.
+	forcing map[string]int
 }
 
 type keyQueue struct {
@@ -38,7 +40,22 @@ type waiter struct {
 	since   time.Time     // when its Acquire began
 }
 
-func newQueues() *queues { return &queues{m: map[string]*keyQueue{}} }
+func newQueues() *queues { return &queues{m: map[string]*keyQueue{}, forcing: map[string]int{}} }
+
+// beginForce and endForce bracket a force release of key (see Client.ForceRelease).
+func (qs *queues) beginForce(key string) {
+	qs.mu.Lock()
+	qs.forcing[key]++
+	qs.mu.Unlock()
+}
+
+func (qs *queues) endForce(key string) {
+	qs.mu.Lock()
+	if qs.forcing[key]--; qs.forcing[key] <= 0 {
+		delete(qs.forcing, key)
+	}
+	qs.mu.Unlock()
+}
 
 // turn waits for the key's turn. On success the caller owns the turn and must give it
 // back exactly once (done, or by releasing the lock it got); the returned lock is non-nil
@@ -117,7 +134,7 @@ func (qs *queues) done(q *keyQueue, yield bool) {
 func (qs *queues) handTo(q *keyQueue, l *Lock, accept func(waiter) bool, register func(next waiter)) bool {
 	qs.mu.Lock()
 	defer qs.mu.Unlock()
-	if len(q.waiters) == 0 || !accept(q.waiters[0]) {
+	if len(q.waiters) == 0 || !accept(q.waiters[0]) || qs.forcing[q.key] > 0 {
 		return false
 	}
 	next := q.waiters[0]

@@ -146,9 +146,19 @@ func (c *Client) ForceRelease(ctx context.Context, key string) (int, error) {
 	if err := validateKey(key); err != nil {
 		return 0, err
 	}
+	// No local handoff of this key while it is being forced: a lock handed on now would
+	// hold keys about to be deleted. A holder from before is marked lost first, and
+	// whoever holds the key here after the deletes too (it took it in the meantime).
+	c.queues.beginForce(key)
+	defer c.queues.endForce(key)
 	if l := c.Holding(key); l != nil {
 		l.markLost(LostForceReleased)
 	}
+	defer func() {
+		if l := c.Holding(key); l != nil {
+			l.markLost(LostForceReleased)
+		}
+	}()
 	nm := c.names(key)
 	ctx = context.WithoutCancel(ctx)
 	deleted, _, errs := c.onAll(ctx, "force_release", nil, func(cctx context.Context, nd *node) (bool, error) {

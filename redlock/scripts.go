@@ -25,7 +25,7 @@ import "github.com/redis/go-redis/v9"
 var acquireScript = redis.NewScript(`
 local cur = redis.call('GET', KEYS[1])
 if cur then
-  if string.sub(cur, 1, #ARGV[3]) ~= ARGV[3] or (tonumber(string.sub(cur, #ARGV[3] + 1)) or 0) >= tonumber(ARGV[6]) then
+  if string.sub(cur, 1, #ARGV[3]) ~= ARGV[3] or (tonumber(string.sub(cur, #ARGV[3] + 1)) or math.huge) >= tonumber(ARGV[6]) then
     return {0, redis.call('PTTL', KEYS[1])}
   end
 end
