@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/caddy-redlock/caddy-redlock/internal/childproc"
 )
 
 // The box is shared: other processes' CPU during a phase makes its numbers noisier. A
@@ -56,10 +58,8 @@ func machineBusy() time.Duration {
 // oursCPU is the CPU time of the bench and every child still registered.
 func oursCPU() time.Duration {
 	d, _ := cpuTime(os.Getpid())
-	childrenMu.Lock()
-	defer childrenMu.Unlock()
-	for c := range children {
-		if t, err := cpuTime(c.pid()); err == nil {
+	for _, c := range childproc.Running() {
+		if t, err := cpuTime(c.PID()); err == nil {
 			d += t
 		}
 	}

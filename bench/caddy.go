@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/caddy-redlock/caddy-redlock/internal/childproc"
 )
 
 // caddySite is one site block of a bench Caddyfile: a plain reverse_proxy, or redlock on
@@ -66,7 +68,7 @@ func startCaddy(bin, dir, name, upstream string, sites []caddySite) (*frontend, 
 	}
 	env := []string{"HOME=" + cdir, "XDG_DATA_HOME=" + cdir, "XDG_CONFIG_HOME=" + cdir}
 	logPath := filepath.Join(cdir, "log")
-	proc, err := startChild(name, bin, []string{"run", "--config", cfg, "--adapter", "caddyfile"}, env, logPath)
+	proc, err := childproc.Start(name, bin, []string{"run", "--config", cfg, "--adapter", "caddyfile"}, env, "", logPath)
 	if err != nil {
 		return nil, err
 	}

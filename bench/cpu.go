@@ -1,6 +1,10 @@
 package main
 
-import "time"
+import (
+	"time"
+
+	"github.com/caddy-redlock/caddy-redlock/internal/childproc"
+)
 
 // cpuMeter reads the CPU time used by a set of processes between start and stop.
 type cpuMeter struct {
@@ -8,10 +12,10 @@ type cpuMeter struct {
 	start []time.Duration
 }
 
-func newCPUMeter(procs []*child) *cpuMeter {
+func newCPUMeter(procs []*childproc.Child) *cpuMeter {
 	m := &cpuMeter{}
 	for _, p := range procs {
-		m.pids = append(m.pids, p.pid())
+		m.pids = append(m.pids, p.PID())
 	}
 	m.start = m.read()
 	return m
@@ -34,8 +38,8 @@ func (m *cpuMeter) used() time.Duration {
 	return d
 }
 
-func redisProcs(nodes []*redisNode) []*child {
-	var ps []*child
+func redisProcs(nodes []*redisNode) []*childproc.Child {
+	var ps []*childproc.Child
 	for _, n := range nodes {
 		ps = append(ps, n.proc)
 	}
@@ -43,9 +47,9 @@ func redisProcs(nodes []*redisNode) []*child {
 }
 
 // frontProcs lists the processes behind a variant's targets.
-func frontProcs(v httpVariant) []*child {
-	var ps []*child
-	seen := map[*child]bool{}
+func frontProcs(v httpVariant) []*childproc.Child {
+	var ps []*childproc.Child
+	seen := map[*childproc.Child]bool{}
 	for _, t := range v.targets {
 		if fe := frontendOfTarget[t]; fe != nil && !seen[fe.proc] {
 			seen[fe.proc] = true

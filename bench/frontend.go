@@ -6,18 +6,20 @@ import (
 	"net/http"
 	"strconv"
 	"time"
+
+	"github.com/caddy-redlock/caddy-redlock/internal/childproc"
 )
 
 // frontend is one HTTP front-end process (Caddy or the Go proxy) with its sites.
 type frontend struct {
 	name  string
-	proc  *child
+	proc  *childproc.Child
 	debug string            // base URL serving /debug/pprof and /debug/vars
 	sites map[string]string // site name -> base URL
 	log   string
 }
 
-func (f *frontend) stop() { f.proc.stop() }
+func (f *frontend) stop() { f.proc.Stop(stopGrace) }
 
 // waitReady waits until every site accepts connections and the debug endpoint answers.
 func (f *frontend) waitReady(timeout time.Duration) error {
@@ -28,7 +30,7 @@ func (f *frontend) waitReady(timeout time.Duration) error {
 	}
 	for _, u := range pending {
 		for {
-			if f.proc.exited() {
+			if f.proc.Exited() {
 				return fmt.Errorf("%s: %w (log: %s)", f.name, errExited, f.log)
 			}
 			resp, err := http.Get(u + "/debug/vars")

@@ -16,6 +16,8 @@ import (
 	"runtime"
 	"strings"
 	"time"
+
+	"github.com/caddy-redlock/caddy-redlock/internal/childproc"
 )
 
 func main() {
@@ -51,7 +53,7 @@ func run(f flags, cfg config) int {
 		return 1
 	}
 	cleanup := func() {
-		stopAll()
+		childproc.StopAll(stopGrace)
 		if f.keep {
 			progress("bench: logs and configs kept in %s\n", dir)
 		} else {

@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/caddy-redlock/caddy-redlock/internal/childproc"
 )
 
 // proxyOpts configures one Go reverse-proxy child (see rsproxy.go).
@@ -34,7 +36,7 @@ func startProxy(dir, upstream string, o proxyOpts) (*frontend, error) {
 		args = append(args, "-retry-min", o.retryMin.String(), "-retry-max", o.retryMax.String())
 	}
 	logPath := filepath.Join(dir, o.name+".log")
-	proc, err := startChild(o.name, self, args, nil, logPath)
+	proc, err := childproc.Start(o.name, self, args, nil, "", logPath)
 	if err != nil {
 		return nil, err
 	}

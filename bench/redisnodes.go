@@ -11,13 +11,15 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/caddy-redlock/caddy-redlock/internal/childproc"
 )
 
 // redisNode is one redis-server process the bench started, and a client to it for the
 // bench's own calls (PING floor, CONFIG RESETSTAT, INFO commandstats).
 type redisNode struct {
 	port   int
-	proc   *child
+	proc   *childproc.Child
 	client *redis.Client
 }
 
@@ -68,7 +70,7 @@ func startOneRedis(bin, dir string, i int) (*redisNode, error) {
 	}
 	args := []string{"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "",
 		"--appendonly", "no", "--daemonize", "no", "--dir", ndir}
-	proc, err := startChild(fmt.Sprintf("redis-%d", i), bin, args, nil, filepath.Join(ndir, "log"))
+	proc, err := childproc.Start(fmt.Sprintf("redis-%d", i), bin, args, nil, "", filepath.Join(ndir, "log"))
 	if err != nil {
 		return nil, err
 	}
@@ -77,7 +79,7 @@ func startOneRedis(bin, dir string, i int) (*redisNode, error) {
 		DialTimeout: time.Second, ReadTimeout: time.Second, WriteTimeout: time.Second, MaxRetries: -1})
 	deadline := time.Now().Add(5 * time.Second)
 	for time.Now().Before(deadline) {
-		if proc.exited() {
+		if proc.Exited() {
 			break
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
@@ -96,7 +98,7 @@ func (n *redisNode) close() {
 	if n.client != nil {
 		n.client.Close()
 	}
-	n.proc.stop()
+	n.proc.Stop(stopGrace)
 }
 
 func urls(nodes []*redisNode) []string {

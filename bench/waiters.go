@@ -49,7 +49,7 @@ func takeSnapshot(fe *frontend) snapshot {
 		resp.Body.Close()
 	}
 	var s snapshot
-	s.RSS, _ = rssBytes(fe.proc.pid())
+	s.RSS, _ = rssBytes(fe.proc.PID())
 	s.Goroutines, _ = goroutines(fe.debug)
 	m, _ := memstats(fe.debug)
 	s.HeapStack = m.HeapInuse + m.StackInuse
@@ -133,9 +133,9 @@ func measureWaiters(name string, fe *frontend, site string, inner map[string]boo
 	row.Waiting = takeSnapshot(fe)
 
 	resetStats(nodes)
-	cpu0, _ := cpuTime(fe.proc.pid())
+	cpu0, _ := cpuTime(fe.proc.PID())
 	time.Sleep(cfg.WaitMeasure)
-	cpu1, _ := cpuTime(fe.proc.pid())
+	cpu1, _ := cpuTime(fe.proc.PID())
 	c, _ := commandStats(nodes)
 	total := int64(0)
 	for _, v := range c {

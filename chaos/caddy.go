@@ -14,6 +14,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/caddy-redlock/caddy-redlock/internal/childproc"
 )
 
 // buildCaddy builds cmd/caddy once into dir (optionally with the race detector).
@@ -91,7 +93,7 @@ type instance struct {
 	site
 	bin  string
 	dir  string
-	proc *child
+	proc *childproc.Child
 }
 
 func (in *instance) url() string   { return "http://127.0.0.1:" + strconv.Itoa(in.port) }
@@ -127,7 +129,7 @@ func startInstance(bin, root string, s site) (*instance, error) {
 		return nil, err
 	}
 	env := []string{"XDG_CONFIG_HOME=" + dir, "XDG_DATA_HOME=" + dir, "HOME=" + dir}
-	in.proc, err = startChild(fmt.Sprintf("caddy%d", s.inst), bin,
+	in.proc, err = childproc.Start(fmt.Sprintf("caddy%d", s.inst), bin,
 		[]string{"run", "--config", cfg, "--adapter", "caddyfile"}, env, dir, filepath.Join(dir, "stderr.log"))
 	if err != nil {
 		return nil, err
@@ -139,17 +141,17 @@ func startInstance(bin, root string, s site) (*instance, error) {
 			c.Close()
 			return in, nil
 		}
-		if in.proc.exited() || time.Now().After(deadline) {
+		if in.proc.Exited() || time.Now().After(deadline) {
 			b, _ := os.ReadFile(filepath.Join(dir, "stderr.log"))
-			in.proc.stop(time.Second)
+			in.proc.Stop(time.Second)
 			return nil, fmt.Errorf("caddy%d did not start listening: %v\n%s", s.inst, err, tail(string(b), 20))
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
 }
 
-func (in *instance) pause() error  { return in.proc.signal(syscall.SIGSTOP) }
-func (in *instance) resume() error { return in.proc.signal(syscall.SIGCONT) }
+func (in *instance) pause() error  { return in.proc.Signal(syscall.SIGSTOP) }
+func (in *instance) resume() error { return in.proc.Signal(syscall.SIGCONT) }
 
 // reload posts the site, with nodeTimeout, to the admin endpoint as a Caddyfile (what
 // `caddy reload` does).

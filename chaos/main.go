@@ -21,6 +21,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/caddy-redlock/caddy-redlock/internal/childproc"
 )
 
 func main() {
@@ -84,7 +86,7 @@ func run() int {
 	}
 
 	summaries, final, err := runSuite(ctx, cfg, bin, work, *only, logf)
-	stopChildren() // a safety net: runSuite stops its processes itself
+	childproc.StopAll(5 * time.Second) // a safety net: runSuite stops its processes itself
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "chaos:", err)
 		return 2

@@ -131,8 +131,8 @@ func runPhase(ctx context.Context, e *env, f fault) summary {
 func (e *env) healthy() error {
 	var errs []string
 	for _, in := range e.insts {
-		if in.proc.exited() {
-			errs = append(errs, fmt.Sprintf("caddy%d exited: %v", in.inst, in.proc.err))
+		if in.proc.Exited() {
+			errs = append(errs, fmt.Sprintf("caddy%d exited: %v", in.inst, in.proc.Err()))
 		}
 	}
 	if err := e.cl.restoreAll(); err != nil {

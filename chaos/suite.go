@@ -43,7 +43,7 @@ func runSuite(ctx context.Context, cfg config, bin, work, only string, logf func
 	defer func() {
 		var wg sync.WaitGroup
 		for _, in := range insts {
-			wg.Go(func() { in.proc.stop(5 * time.Second) })
+			wg.Go(func() { in.proc.Stop(5 * time.Second) })
 		}
 		wg.Wait()
 	}()
@@ -51,7 +51,7 @@ func runSuite(ctx context.Context, cfg config, bin, work, only string, logf func
 		return nil, nil, err
 	}
 	for _, in := range insts {
-		logf("caddy%d: pid %d, %s, admin %s, log %s", in.inst, in.proc.pid, in.url(), in.admin(), in.logPath)
+		logf("caddy%d: pid %d, %s, admin %s, log %s", in.inst, in.proc.PID(), in.url(), in.admin(), in.logPath)
 	}
 
 	rec := &recorder{}
@@ -146,8 +146,8 @@ func finalChecks(ctx context.Context, e *env, up *upstream) []string {
 			c.Violations, c.Regressions, c.Unlocked, c.StaleNotCanceled))
 	}
 	for _, in := range e.insts {
-		if in.proc.exited() {
-			out = append(out, fmt.Sprintf("caddy%d exited during the run: %v", in.inst, in.proc.err))
+		if in.proc.Exited() {
+			out = append(out, fmt.Sprintf("caddy%d exited during the run: %v", in.inst, in.proc.Err()))
 		}
 		for _, f := range []string{in.logPath, filepath.Join(in.dir, "stderr.log")} {
 			b, _ := os.ReadFile(f)

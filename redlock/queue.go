@@ -146,13 +146,6 @@ func (qs *queues) handTo(q *keyQueue, l *Lock, accept func(waiter) bool, registe
 	return true
 }
 
-// hasWaiters reports whether callers wait behind the turn's owner.
-func (qs *queues) hasWaiters(q *keyQueue) bool {
-	qs.mu.Lock()
-	defer qs.mu.Unlock()
-	return len(q.waiters) > 0
-}
-
 // takeYield reports (once) whether the head should let other clients go first.
 func (qs *queues) takeYield(q *keyQueue) bool {
 	qs.mu.Lock()
