@@ -147,18 +147,15 @@ func (c *Client) ForceRelease(ctx context.Context, key string) (int, error) {
 		return 0, err
 	}
 	// No local handoff of this key while it is being forced: a lock handed on now would
-	// hold keys about to be deleted. A holder from before is marked lost first, and
-	// whoever holds the key here after the deletes too (it took it in the meantime).
+	// hold keys about to be deleted. The holder (a handoff done before is registered by
+	// then) is marked lost first. A waiter that then takes the key anew in Redis is not
+	// touched: its SETs came after our deletes or are deleted by them (the narrow race
+	// any operator override has; fencing guards it).
 	c.queues.beginForce(key)
 	defer c.queues.endForce(key)
 	if l := c.Holding(key); l != nil {
 		l.markLost(LostForceReleased)
 	}
-	defer func() {
-		if l := c.Holding(key); l != nil {
-			l.markLost(LostForceReleased)
-		}
-	}()
 	nm := c.names(key)
 	ctx = context.WithoutCancel(ctx)
 	deleted, _, errs := c.onAll(ctx, "force_release", nil, func(cctx context.Context, nd *node) (bool, error) {
