@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"net/http"
+	"runtime"
 	"strconv"
 	"sync"
 	"time"
@@ -126,6 +127,20 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 func (h *Handler) finish(l *redlock.Lock, e *inflight, r *http.Request, aborted bool) {
 	// Draining only helps while the lock still keeps others out: a lost lock (renewals
 	// failed, max_hold, force release) is given back at once.
+	if !aborted && l.HandOver() {
+		// The next request of this instance waiting for the key has the lock now, with no
+		// Redis round trip: it starts on the upstream while this response is still being
+		// finished (the upstream is done with this one: next has returned).
+		h.logger.Debug("redlock released", zap.String("key", l.Key()), zap.Int64("held_ms", e.heldFor().Milliseconds()),
+			zap.Int("renewals", l.Renewals()), zap.Bool("handed_over", true), tokenField(l))
+		removeInflight(e)
+		h.locker.drop()
+		// Let the new holder run first: it was queued on this thread and would otherwise
+		// wait for this response's final write to the client, and the key's throughput is
+		// bound by how soon the next request reaches the upstream.
+		runtime.Gosched()
+		return
+	}
 	if !aborted || l.Err() != nil {
 		// Off the response's critical path: net/http finishes the response (the last
 		// flush, the end of a chunked body) only once ServeHTTP has returned, so a

@@ -80,3 +80,58 @@ func TestHandlerRegistersMetrics(t *testing.T) {
 	}
 	t.Fatal("no caddy_redlock_ metric in the config's registry after provisioning a handler")
 }
+
+// TestQueuedRequestGetsTheLockBeforeTheResponseEnds: when a request of this instance
+// waits for the key, the finishing request hands its lock over before its ServeHTTP
+// returns (no background release, no Redis round trip), so the next request can reach
+// the upstream while the first response is still being written to its client.
+func TestQueuedRequestGetsTheLockBeforeTheResponseEnds(t *testing.T) {
+	servers := redistest.StartN(t, 3)
+	ctx, cancel := caddy.NewContext(caddy.Context{Context: context.Background()})
+	defer cancel()
+	wait := caddy.Duration(10 * time.Second)
+	h := &Handler{Redis: redistest.URLs(servers), Prefix: "ho:", TTL: caddy.Duration(5 * time.Second),
+		Wait: &wait, NodeTimeout: caddy.Duration(300 * time.Millisecond)}
+	if err := h.Provision(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer h.Cleanup()
+	serve := func(next caddyhttp.HandlerFunc) error {
+		r := httptest.NewRequest("POST", "/item/1", nil)
+		r = r.WithContext(context.WithValue(r.Context(), caddy.ReplacerCtxKey, caddy.NewReplacer()))
+		return h.ServeHTTP(httptest.NewRecorder(), r, next)
+	}
+	client := h.locker.shared.client
+	gate := make(chan struct{})
+	firstIn := make(chan struct{})
+	firstDone := make(chan error, 1)
+	go func() {
+		firstDone <- serve(func(http.ResponseWriter, *http.Request) error { close(firstIn); <-gate; return nil })
+	}()
+	<-firstIn
+	secondIn, gate2 := make(chan struct{}), make(chan struct{})
+	secondDone := make(chan error, 1)
+	go func() {
+		secondDone <- serve(func(http.ResponseWriter, *http.Request) error { close(secondIn); <-gate2; return nil })
+	}()
+	if !eventually(5*time.Second, func() bool { return client.Waiting()["/item/1"] == 1 }) {
+		t.Fatal("second request never queued")
+	}
+	close(gate)
+	if err := <-firstDone; err != nil {
+		t.Fatal(err)
+	}
+	// Checked the moment the first ServeHTTP returned.
+	if n := h.releasing.Load(); n != 0 {
+		t.Errorf("%d background releases after the first request: the lock should have been handed over inline", n)
+	}
+	if l := client.Holding("/item/1"); l == nil || !l.Handed() {
+		t.Errorf("when the first request returned, the key was not yet the second's (a handed lock: %v)", l != nil && l.Handed())
+	}
+	<-secondIn
+	close(gate2)
+	if err := <-secondDone; err != nil {
+		t.Fatal(err)
+	}
+	noKeysLeft(t, servers, "ho:")
+}

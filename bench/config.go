@@ -39,6 +39,8 @@ type flags struct {
 	quick    bool
 	out, md  string
 	caddy    string
+	compare  string
+	noRS     bool
 	repo     string
 	only     string
 	profile  string
@@ -57,6 +59,8 @@ func parseFlags(args []string) (flags, config) {
 	fs.StringVar(&f.out, "out", "results.json", "JSON results file")
 	fs.StringVar(&f.md, "md", "results.md", "Markdown results file (empty: none)")
 	fs.StringVar(&f.caddy, "caddy", "", "prebuilt Caddy binary with the plugin (default: go build ../cmd/caddy)")
+	fs.StringVar(&f.compare, "compare", "", "a second Caddy build (e.g. of another commit): its redlock N=5 rows run alternated with the first's, named \""+nameCompare+"...\"")
+	fs.BoolVar(&f.noRS, "no-redsync", false, "leave out the redsync variants of the proxy phases (quicker A/B runs with -compare)")
 	fs.StringVar(&f.repo, "repo", "", "repository root (default: found from the working directory)")
 	fs.StringVar(&f.only, "only", "", "comma-separated subset: floor,lock,hotlib,http,hot,waiters")
 	fs.StringVar(&f.profile, "profile", "", "directory for CPU profiles of Caddy (unique keys and hot key, after the measurements)")

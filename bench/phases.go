@@ -11,6 +11,8 @@ const (
 	nameGoPlain      = "Go proxy (plain)"
 	nameRedsync      = "Go proxy + redsync"
 	nameRedsyncTuned = "Go proxy + redsync tuned 1-5ms"
+	// nameCompare prefixes the rows of the -compare build (not checked against targets).
+	nameCompare = "B: "
 )
 
 // runHTTP starts the front ends and measures items 3 (and 5, uncontended) and 4 (and 5, hot).
@@ -58,7 +60,23 @@ func runHTTP(res *results, f flags, cfg config, dir, caddyBin string, up *upstre
 				// One instance: the local queue's handoff alone, without cross-instance contention.
 				httpVariant{name: nameCaddyRedlock + ", N=5, 1 instance", kind: "caddy", locked: true, n: 5, inner: redlockInner,
 					targets: []*httpTarget{target(a, "n5")}})
+			if f.compare != "" {
+				ca := start(startCaddy(f.compare, dir, "caddy-cmp-a", up.addr, sites))
+				cb := start(startCaddy(f.compare, dir, "caddy-cmp-b", up.addr, sites))
+				if ca != nil && cb != nil {
+					overhead = append(overhead, httpVariant{name: nameCompare + nameCaddyRedlock + ", N=5", kind: "caddy",
+						locked: true, n: 5, inner: redlockInner, baseline: base, targets: []*httpTarget{target(ca, "n5")}})
+					hot = append(hot, httpVariant{name: nameCompare + nameCaddyRedlock + ", N=5", kind: "caddy", locked: true, n: 5,
+						inner: redlockInner, targets: []*httpTarget{target(ca, "n5"), target(cb, "n5")}},
+						httpVariant{name: nameCompare + nameCaddyRedlock + ", N=5, 1 instance", kind: "caddy", locked: true, n: 5,
+							inner: redlockInner, targets: []*httpTarget{target(ca, "n5")}})
+				}
+			}
 		}
+	}
+	if f.noRS {
+		runProxyPhases(res, f, cfg, up, nodes, want, fail, overhead, hot)
+		return
 	}
 	goPlain := start(startProxy(dir, up.addr, proxyOpts{name: "go-plain", wait: wait}))
 	rs := map[int]*frontend{}
@@ -88,6 +106,12 @@ func runHTTP(res *results, f flags, cfg config, dir, caddyBin string, up *upstre
 		hot = append(hot, httpVariant{name: nameRedsyncTuned + ", N=5", kind: "go", locked: true, n: 5, inner: redsyncInner,
 			targets: []*httpTarget{target(tA, "main"), target(tB, "main")}})
 	}
+	runProxyPhases(res, f, cfg, up, nodes, want, fail, overhead, hot)
+}
+
+// runProxyPhases measures the variants (items 3, 4, 5) and profiles Caddy if asked.
+func runProxyPhases(res *results, f flags, cfg config, up *upstream, nodes []*redisNode,
+	want func(string) bool, fail func(string, error), overhead, hot []httpVariant) {
 	defer func() {
 		for _, v := range append(overhead, hot...) {
 			for _, t := range v.targets {
@@ -115,7 +139,7 @@ func runHTTP(res *results, f flags, cfg config, dir, caddyBin string, up *upstre
 	}
 	if f.profile != "" && len(overhead) > 0 && len(hot) > 0 && overhead[0].kind == "caddy" {
 		progress("profiling Caddy...\n")
-		ps, err := profileCaddy(f.profile, overhead[3], hot[0], cfg)
+		ps, err := profileCaddy(f.profile, overhead[0], overhead[3], hot[0], cfg)
 		if err != nil {
 			fail("profile", err)
 		}

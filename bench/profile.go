@@ -9,10 +9,13 @@ import (
 	"time"
 )
 
-// profileCaddy takes a CPU profile of the first Caddy instance through its admin endpoint
-// while it serves unique keys, then while it serves the hot key. It runs after the
+// profileCaddy takes CPU profiles of the first Caddy instance through its admin endpoint
+// while it serves unique keys (plain and with redlock, for a side-by-side diff:
+// go tool pprof -diff_base caddy-unique-plain.pprof caddy-unique-n5.pprof), then while it
+// serves the hot key, plus an execution trace of the hot key (go tool trace), where the
+// gap between two holders is made of wake-ups rather than CPU. It runs after the
 // measurements, so profiling never slows a measured run.
-func profileCaddy(outDir string, unique, hot httpVariant, cfg config) ([]string, error) {
+func profileCaddy(outDir string, plain, unique, hot httpVariant, cfg config) ([]string, error) {
 	if err := mkdir(outDir); err != nil {
 		return nil, err
 	}
@@ -22,11 +25,16 @@ func profileCaddy(outDir string, unique, hot httpVariant, cfg config) ([]string,
 		name string
 		v    httpVariant
 		spec loadSpec
+		url  string // under the debug base
 	}{
+		{"caddy-unique-plain.pprof", plain, loadSpec{Clients: cfg.Clients, Duration: (secs + 1) * time.Second, Targets: plain.targets,
+			Path: func(c, seq int) string { return fmt.Sprintf("/r/prof-%d-%d", c, seq) }}, fmt.Sprintf("/debug/pprof/profile?seconds=%d", secs)},
 		{"caddy-unique-n5.pprof", unique, loadSpec{Clients: cfg.Clients, Duration: (secs + 1) * time.Second, Targets: unique.targets,
-			Path: func(c, seq int) string { return fmt.Sprintf("/r/prof-%d-%d", c, seq) }}},
+			Path: func(c, seq int) string { return fmt.Sprintf("/r/prof-%d-%d", c, seq) }}, fmt.Sprintf("/debug/pprof/profile?seconds=%d", secs)},
 		{"caddy-hot-n5.pprof", hot, loadSpec{Clients: cfg.HotClients, Stamp: true, Duration: (secs + 1) * time.Second, Targets: hot.targets,
-			Path: func(int, int) string { return "/r/prof-hot?hold=" + cfg.Hold.String() }}},
+			Path: func(int, int) string { return "/r/prof-hot?hold=" + cfg.Hold.String() }}, fmt.Sprintf("/debug/pprof/profile?seconds=%d", secs)},
+		{"caddy-hot-n5.trace", hot, loadSpec{Clients: cfg.HotClients, Stamp: true, Duration: 3 * time.Second, Targets: hot.targets,
+			Path: func(int, int) string { return "/r/prof-hot2?hold=" + cfg.Hold.String() }}, "/debug/pprof/trace?seconds=2"},
 	} {
 		admin := adminOf(p.v)
 		if admin == "" {
@@ -36,7 +44,7 @@ func profileCaddy(outDir string, unique, hot httpVariant, cfg config) ([]string,
 		wg.Go(func() { runLoad(p.spec) })
 		time.Sleep(500 * time.Millisecond)
 		path := filepath.Join(outDir, p.name)
-		err := fetchTo(fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", admin, secs), path)
+		err := fetchTo(admin+p.url, path)
 		wg.Wait()
 		if err != nil {
 			return files, err

@@ -123,16 +123,26 @@ func resetStats(nodes []*redisNode) error {
 // they are left out of commands-per-request.
 var benchOwnCommands = map[string]bool{"config": true, "info": true}
 
-// commandStats sums INFO commandstats calls per command over all nodes.
+// readsKey carries INFO stats total_reads_processed (socket reads that brought commands)
+// in the map commandStats returns: network commands per read is the pipelining depth
+// Redis saw.
+const readsKey = "(reads)"
+
+// commandStats sums INFO commandstats calls per command over all nodes, plus readsKey.
 func commandStats(nodes []*redisNode) (map[string]int64, error) {
 	total := map[string]int64{}
 	for _, n := range nodes {
-		s, err := n.client.Info(context.Background(), "commandstats").Result()
+		s, err := n.client.Info(context.Background(), "commandstats", "stats").Result()
 		if err != nil {
 			return nil, err
 		}
 		for line := range strings.SplitSeq(s, "\n") {
 			line = strings.TrimSpace(line)
+			if v, ok := strings.CutPrefix(line, "total_reads_processed:"); ok {
+				c, _ := strconv.ParseInt(v, 10, 64)
+				total[readsKey] += c
+				continue
+			}
 			name, rest, ok := strings.Cut(line, ":")
 			if !ok || !strings.HasPrefix(name, "cmdstat_") {
 				continue

@@ -154,18 +154,19 @@ func (r *results) footer(w io.Writer, bullet string) {
 // commandsTable is item 5: Redis commands per locked request, uncontended and hot.
 func (r *results) commandsTable() *table {
 	t := &table{title: "5. Redis commands per locked request (INFO commandstats, all nodes; CONFIG RESETSTAT before each run)",
-		head: []string{"front end", "load", "network cmds/req", "all commands Redis ran, per request"}, left: true,
-		notes: []string{"network: commands sent by the client (the ones Lua scripts run inside Redis left out); INFO (health checks) and CONFIG left out."}}
+		head: []string{"front end", "load", "network cmds/req", "cmds per Redis read", "all commands Redis ran, per request"}, left: true,
+		notes: []string{"network: commands sent by the client (the ones Lua scripts run inside Redis left out); INFO (health checks) and CONFIG left out.",
+			"cmds per Redis read: network commands per socket read on the nodes (INFO total_reads_processed): how deep the pipelines were."}}
 	for _, x := range r.Overhead {
 		if x.Cmds.Requests > 0 {
-			t.add(x.Name, "unique keys", fmt.Sprintf("%.2f", x.Cmds.TopLevel), x.Cmds.short())
+			t.add(x.Name, "unique keys", fmt.Sprintf("%.2f", x.Cmds.TopLevel), x.Cmds.depth(), x.Cmds.short())
 		}
 	}
 	for _, x := range r.Hot {
-		t.add(x.Name, "hot key", fmt.Sprintf("%.2f", x.Cmds.TopLevel), x.Cmds.short())
+		t.add(x.Name, "hot key", fmt.Sprintf("%.2f", x.Cmds.TopLevel), x.Cmds.depth(), x.Cmds.short())
 	}
 	for _, x := range r.Waiters {
-		t.add(x.Name, fmt.Sprintf("%d waiting (per second)", x.Waiters), fmt.Sprintf("%.1f/s", x.Cmds.TopLevel), x.Cmds.short())
+		t.add(x.Name, fmt.Sprintf("%d waiting (per second)", x.Waiters), fmt.Sprintf("%.1f/s", x.Cmds.TopLevel), x.Cmds.depth(), x.Cmds.short())
 	}
 	return t
 }

@@ -138,8 +138,10 @@ func measureWaiters(name string, fe *frontend, site string, inner map[string]boo
 	cpu1, _ := cpuTime(fe.proc.PID())
 	c, _ := commandStats(nodes)
 	total := int64(0)
-	for _, v := range c {
-		total += v
+	for k, v := range c {
+		if k != readsKey {
+			total += v
+		}
 	}
 	row.CmdsPerSecWaiting = float64(total) / cfg.WaitMeasure.Seconds()
 	row.CPUWaiting = (cpu1 - cpu0).Seconds() / cfg.WaitMeasure.Seconds()
@@ -149,6 +151,7 @@ func measureWaiters(name string, fe *frontend, site string, inner map[string]boo
 	}
 	row.Cmds.Calls /= cfg.WaitMeasure.Seconds()
 	row.Cmds.TopLevel /= cfg.WaitMeasure.Seconds()
+	row.Cmds.Reads /= cfg.WaitMeasure.Seconds()
 	row.EarlyErrors = int(early.Load())
 
 	// Release the keys and time the drain: every key passes through all its waiters.

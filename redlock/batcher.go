@@ -36,7 +36,8 @@ type batcher struct {
 	batches, sent atomic.Int64 // pipelines and calls sent, for tests and benchmarks
 }
 
-// call is one script invocation waiting for its batch.
+// call is one script invocation (or, with script nil, the plain command args) waiting
+// for its batch.
 type call struct {
 	script   *redis.Script
 	keys     []string
@@ -150,6 +151,10 @@ func (b *batcher) exec(ctx context.Context, calls []*call) {
 	pipe := b.nd.client.Pipeline()
 	cmds := make([]*redis.Cmd, len(calls))
 	for i, c := range calls {
+		if c.script == nil {
+			cmds[i] = pipe.Do(ctx, c.args...)
+			continue
+		}
 		cmds[i] = c.script.EvalSha(ctx, pipe, c.keys, c.args...)
 	}
 	_, execErr := pipe.Exec(ctx) // per-command errors are in cmds...

@@ -27,16 +27,8 @@ const DefaultHandoffLimit = 8
 // handoff hands l (just released by its holder, not lost) to the next local waiter, if
 // the rules above allow it. It reports whether it did; l must not be used afterwards.
 func (c *Client) handoff(l *Lock) bool {
-	limit := c.opt.HandoffLimit
-	if limit <= 0 || l.streak >= limit || (l.fencing && l.token >= l.tokenMax) {
-		return false
-	}
-	l.mu.Lock()
-	until := l.until
-	l.mu.Unlock()
-	// The next holder starts with what is left; keep it a fair part of a fresh lock so
-	// that its first renewal, scheduled from the last one, is not already late.
-	if time.Until(until) < l.ttl/2 {
+	until, ok := c.handoffAllowed(l)
+	if !ok {
 		return false
 	}
 	next := &Lock{c: c, nm: l.nm, key: l.key, value: l.value, ttl: l.ttl, fencing: l.fencing,
@@ -44,12 +36,39 @@ func (c *Client) handoff(l *Lock) bool {
 	if l.fencing {
 		next.token = l.token + 1
 	}
-	accept := func(w waiter) bool { return w.ttl == l.ttl && w.fencing == l.fencing }
-	return c.queues.handTo(l.q, next, accept, func(w waiter) {
+	return c.queues.handTo(l.q, next, suits(l), func(w waiter) {
 		next.acquiredAt = w.since
 		next.startUntil(until)
 		c.register(next)
 	})
+}
+
+// handoffAllowed applies the rules above to l and returns its validity end.
+func (c *Client) handoffAllowed(l *Lock) (until time.Time, ok bool) {
+	limit := c.opt.HandoffLimit
+	if limit <= 0 || l.streak >= limit || (l.fencing && l.token >= l.tokenMax) {
+		return until, false
+	}
+	l.mu.Lock()
+	until = l.until
+	l.mu.Unlock()
+	// The next holder starts with what is left; keep it a fair part of a fresh lock so
+	// that its first renewal, scheduled from the last one, is not already late.
+	return until, time.Until(until) >= l.ttl/2
+}
+
+// suits says which waiters l may be handed to: those that asked for the same lock.
+func suits(l *Lock) func(waiter) bool {
+	return func(w waiter) bool { return w.ttl == l.ttl && w.fencing == l.fencing }
+}
+
+// handoffLikely says, without changing anything, whether handoff(l) would find the
+// rules met and a suitable waiter queued (for HandOver; handoff itself decides).
+func (c *Client) handoffLikely(l *Lock) bool {
+	if _, ok := c.handoffAllowed(l); !ok || l.Err() != nil {
+		return false
+	}
+	return c.queues.headAccepts(l.q, suits(l))
 }
 
 // handoffReserve is how many tokens above its own an acquire with fencing commits, so

@@ -25,22 +25,26 @@ type Lock struct {
 	streak     int             // handoffs since the lock was last taken in Redis
 	handed     bool            // it came from the previous local holder, not from Redis
 
-	mu        sync.Mutex
-	until     time.Time // validity ends (monotonic)
-	renewals  int
-	released  bool
-	lostErr   error
-	lost      chan struct{}
-	expiry    *time.Timer // marks the lock lost when validity ends without renewal
-	maxHold   *time.Timer
-	keepAlive bool
+	mu       sync.Mutex
+	until    time.Time // validity ends (monotonic)
+	renewals int
+	released bool
+	// pendingRelease: HandOver released the lock here but could not hand it on; the
+	// next Release deletes it in Redis.
+	pendingRelease bool
+	lostErr        error
+	lost           chan struct{}
+	expiry         *time.Timer // marks the lock lost when validity ends without renewal
+	maxHold        *time.Timer
+	keepAlive      bool
 
 	// Renewal scheduling, guarded by the client's renewer.mu.
-	renewEvery time.Duration
-	renewAt    time.Time
-	heapIdx    int            // index in the renewer's heap, -1 when not scheduled
-	stopped    bool           // Release was called: never schedule again
-	renewing   sync.WaitGroup // a batch holding this lock is in flight
+	renewEvery    time.Duration
+	renewAt       time.Time
+	heapIdx       int            // index in the renewer's heap, -1 when not scheduled
+	stopped       bool           // Release was called: never schedule again
+	renewing      sync.WaitGroup // a batch holding this lock is in flight
+	renewInFlight bool           // the same, readable without waiting
 }
 
 // start arms the validity timer of a freshly acquired lock (all other fields set).
@@ -243,7 +247,13 @@ func (l *Lock) errLocked() error {
 func (l *Lock) Release(ctx context.Context) error {
 	l.mu.Lock()
 	if l.released {
+		// Already released here; Redis still has it only if HandOver could not hand it on.
+		pending := l.pendingRelease
+		l.pendingRelease = false
 		l.mu.Unlock()
+		if pending {
+			return l.releaseInRedis(ctx)
+		}
 		return ErrReleased
 	}
 	l.released = true
@@ -253,7 +263,47 @@ func (l *Lock) Release(ctx context.Context) error {
 	// (a force release elsewhere, an expiry across a pause) and marked the lock lost, and a
 	// lost lock must never be handed on.
 	l.c.renewer.remove(l)
+	if l.endLocally() && l.c.handoff(l) {
+		return nil
+	}
+	return l.releaseInRedis(ctx)
+}
+
+// HandOver is Release for a holder on a latency-critical path (a response being
+// finished): it gives the lock to this client's next waiter for the key when that takes
+// no Redis round trip (handoff.go), and reports whether it did. It never blocks: not on
+// the network, not on a renewal in flight (it then declines). When it returns false the
+// caller must still call Release, which does whatever is left (it may be done elsewhere,
+// e.g. in the background); HandOver and Release must not run concurrently.
+func (l *Lock) HandOver() bool {
+	c := l.c
+	if !c.handoffLikely(l) || !c.renewer.stopIfIdle(l) {
+		return false // nothing changed
+	}
 	l.mu.Lock()
+	if l.released {
+		l.mu.Unlock()
+		return false
+	}
+	l.released = true
+	l.mu.Unlock()
+	// Renewals are stopped and none is in flight: the lock's state is final, as in Release
+	// after renewer.remove.
+	if l.endLocally() && c.handoff(l) {
+		return true
+	}
+	l.mu.Lock()
+	l.pendingRelease = true // the waiter left meanwhile, or the lock was lost: Release deletes it
+	l.mu.Unlock()
+	return false
+}
+
+// endLocally ends the lock on this side once it is released and no renewal can run: it
+// stops the timers, closes Lost, and reports whether the lock was still held (not lost),
+// the condition for handing it on.
+func (l *Lock) endLocally() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
 	held := l.lostErr == nil
 	l.expiry.Stop()
 	if l.maxHold != nil {
@@ -263,12 +313,13 @@ func (l *Lock) Release(ctx context.Context) error {
 		l.lostErr = ErrReleased
 		close(l.lost)
 	}
-	l.mu.Unlock()
+	return held
+}
 
+// releaseInRedis deletes the lock on all nodes and passes the turn to the next local
+// waiter (after the deletes).
+func (l *Lock) releaseInRedis(ctx context.Context) error {
 	c := l.c
-	if held && c.handoff(l) {
-		return nil
-	}
 	if c.opt.DisablePipelining {
 		<-l.settled // the winning round's late SETs first (bounded by node_timeout)
 	}

@@ -125,6 +125,10 @@ func (n *node) call(ctx context.Context, deliver func(*redis.Cmd), script *redis
 	go func() {
 		cctx, cancel := context.WithDeadline(ctx, deadline)
 		defer cancel()
+		if script == nil {
+			deliver(n.client.Do(cctx, args...))
+			return
+		}
 		deliver(script.Run(cctx, n.client, keys, args...))
 	}()
 }

@@ -146,6 +146,13 @@ func (qs *queues) handTo(q *keyQueue, l *Lock, accept func(waiter) bool, registe
 	return true
 }
 
+// headAccepts reports whether handTo would find a waiter now (see handTo).
+func (qs *queues) headAccepts(q *keyQueue, accept func(waiter) bool) bool {
+	qs.mu.Lock()
+	defer qs.mu.Unlock()
+	return len(q.waiters) > 0 && accept(q.waiters[0]) && qs.forcing[q.key] == 0
+}
+
 // takeYield reports (once) whether the head should let other clients go first.
 func (qs *queues) takeYield(q *keyQueue) bool {
 	qs.mu.Lock()

@@ -42,6 +42,21 @@ func (r *renewer) add(l *Lock, every time.Duration, first time.Time) {
 }
 
 // remove unschedules l for good and waits for a batch that holds it.
+// stopIfIdle is remove without the wait: it stops l's renewals only if none is in
+// flight, and reports whether it did.
+func (r *renewer) stopIfIdle(l *Lock) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if l.renewInFlight {
+		return false
+	}
+	l.stopped = true
+	if l.heapIdx >= 0 {
+		heap.Remove(&r.h, l.heapIdx)
+	}
+	return true
+}
+
 func (r *renewer) remove(l *Lock) {
 	r.mu.Lock()
 	l.stopped = true
@@ -95,6 +110,7 @@ func (r *renewer) due() ([]*Lock, time.Duration) {
 			continue // lost (e.g. force released) but not yet released: never renew it again
 		}
 		l.renewing.Add(1) // under mu, and only while not stopped: never after remove's Wait
+		l.renewInFlight = true
 		batch = append(batch, l)
 	}
 	if len(batch) > 0 || len(r.h) == 0 {
@@ -125,6 +141,7 @@ func (r *renewer) renew(batch []*Lock) {
 			l.renewAt = now.Add(next)
 			heap.Push(&r.h, l)
 		}
+		l.renewInFlight = false
 		l.renewing.Done()
 	}
 	r.mu.Unlock()

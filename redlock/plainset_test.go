@@ -1,0 +1,119 @@
+package redlock
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/caddy-redlock/caddy-redlock/internal/redistest"
+	"github.com/redis/go-redis/v9"
+)
+
+// cmdCalls reads how often a node ran cmd (from clients or inside scripts) since its
+// stats were reset.
+func cmdCalls(t *testing.T, s *redistest.Server, cmd string) int {
+	t.Helper()
+	rc := redis.NewClient(&redis.Options{Addr: s.Addr()})
+	defer rc.Close()
+	info, err := rc.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(info, "\n") {
+		if strings.HasPrefix(line, "cmdstat_"+cmd+":") {
+			var calls int
+			if _, err := fmtSscanCalls(line, &calls); err == nil {
+				return calls
+			}
+		}
+	}
+	return 0
+}
+
+// A first try with a wait ahead and no fencing is a plain SET NX PX (no script: half the
+// node's CPU); a try that must answer at once (wait 0, for the holder's PTTL), a later
+// try (it may take over an earlier attempt's value) and a fencing acquire (it raises the
+// counter) run the acquire script.
+func TestFirstTryIsPlainSet(t *testing.T) {
+	servers := redistest.StartN(t, 3)
+	c := newTestClient(t, servers, fastOptions())
+	// Load the scripts first (a first EVALSHA meets NOSCRIPT and goes again).
+	for _, o := range []AcquireOptions{{}, {Fencing: true}} {
+		l, err := c.Acquire(context.Background(), "warm-up", o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Release(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, tc := range []struct {
+		name    string
+		o       AcquireOptions
+		scripts int // per node, release included
+	}{
+		{"wait", AcquireOptions{Wait: time.Second}, 1},
+		{"no wait", AcquireOptions{}, 2},
+		{"fencing", AcquireOptions{Wait: time.Second, Fencing: true}, 3}, // + the token commit
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			resetStats(t, servers)
+			l, err := c.Acquire(context.Background(), "plain-"+tc.name, tc.o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i, s := range servers {
+				v, ok := rawGet(t, s, "plain-"+tc.name)
+				if !ok || !strings.HasSuffix(v, ":1") {
+					t.Fatalf("node %d holds %q (present %v), want the first attempt's value", i, v, ok)
+				}
+			}
+			if err := l.Release(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			for i, s := range servers {
+				if n := evalCalls(t, s); n != tc.scripts {
+					t.Errorf("node %d ran %d scripts, want %d", i, n, tc.scripts)
+				}
+				if n := cmdCalls(t, s, "set"); n < 1 {
+					t.Errorf("node %d ran no SET", i)
+				}
+			}
+		})
+	}
+}
+
+// A plain first try that finds the key taken counts as a busy vote, like the script's:
+// the caller waits and gets the key when the holder releases it. A wait of 0 still
+// reports the holder's remaining ttl (that try runs the script).
+func TestPlainSetBusyThenAcquired(t *testing.T) {
+	servers := redistest.StartN(t, 3)
+	a := newTestClient(t, servers, fastOptions())
+	b := newTestClient(t, servers, fastOptions())
+	l, err := a.Acquire(context.Background(), "contended", AcquireOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = b.Acquire(context.Background(), "contended", AcquireOptions{})
+	var busy *BusyError
+	if !errors.As(err, &busy) || busy.RetryAfter <= 0 {
+		t.Fatalf("wait 0 on a held key: %v, want BusyError with the holder's ttl", err)
+	}
+	got := make(chan error, 1)
+	go func() {
+		l2, err := b.Acquire(context.Background(), "contended", AcquireOptions{Wait: 5 * time.Second})
+		if err == nil {
+			err = l2.Release(context.Background())
+		}
+		got <- err
+	}()
+	time.Sleep(50 * time.Millisecond) // let b's first tries find the key busy
+	if err := l.Release(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-got; err != nil {
+		t.Fatalf("waiter after release: %v", err)
+	}
+}
