@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"runtime"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
@@ -208,27 +207,13 @@ func retryAfter(d time.Duration) string {
 }
 
 // watchLock cancels the request the moment its lock is lost, so that reverse_proxy stops
-// proxying (and closes streams and websockets) instead of running on unlocked. The
-// returned stop ends the watcher and waits for it; it may be called more than once.
+// proxying (and closes streams and websockets) instead of running on unlocked. No
+// goroutine waits meanwhile (Lock.OnLost). The returned stop ends the watch and, if the
+// loss was already being handled, waits for that; it may be called more than once.
 func (h *Handler) watchLock(l *redlock.Lock, e *inflight, cancel context.CancelCauseFunc, r *http.Request) (stop func()) {
-	done := make(chan struct{})
-	finished := make(chan struct{})
-	go func() {
-		defer close(finished)
-		select {
-		case <-done:
-			return
-		case <-l.Lost():
-		}
-		select {
-		case <-done: // the request ended first: nothing to abort
-			return
-		default:
-		}
-		lost := l.Err()
-		if !errors.Is(lost, redlock.ErrLost) {
-			return
-		}
+	handled := make(chan struct{})
+	stopHook := l.OnLost(func(lost error) {
+		defer close(handled)
 		cancel(lost)
 		reason := "unknown"
 		var le *redlock.LostError
@@ -241,11 +226,11 @@ func (h *Handler) watchLock(l *redlock.Lock, e *inflight, cancel context.CancelC
 			zap.String("key", l.Key()), zap.String("reason", reason), zap.Int("renewals", l.Renewals()),
 			zap.Int64("wait_ms", e.waitedFor().Milliseconds()), zap.Int64("held_ms", e.heldFor().Milliseconds()),
 			tokenField(l), zap.String("method", r.Method), zap.String("uri", r.RequestURI))
-	}()
-	var once sync.Once
+	})
 	return func() {
-		once.Do(func() { close(done) })
-		<-finished
+		if !stopHook() {
+			<-handled
+		}
 	}
 }
 

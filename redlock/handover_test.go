@@ -2,6 +2,7 @@ package redlock
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -160,5 +161,63 @@ func TestReleaseAfterFailedHandOverDeletesInRedis(t *testing.T) {
 	}
 	if _, err := c.Acquire(context.Background(), "pending", AcquireOptions{}); err != nil {
 		t.Fatalf("key not free after the pending release: %v", err)
+	}
+}
+
+// OnLost runs its callback once the lock is lost, with the reason, and not after stop or
+// on release; registered on a lost lock it runs at once.
+func TestOnLost(t *testing.T) {
+	servers := redistest.StartN(t, 3)
+	c := newTestClient(t, servers, fastOptions())
+	acquire := func(key string) *Lock {
+		l, err := c.Acquire(context.Background(), key, AcquireOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l
+	}
+
+	l := acquire("onlost")
+	got := make(chan error, 2)
+	stopped := acquire("onlost-stopped")
+	stop := stopped.OnLost(func(err error) { got <- err })
+	if !stop() || !stop() {
+		t.Fatal("stop before the loss must report that the callback never runs")
+	}
+	released := acquire("onlost-released")
+	released.OnLost(func(err error) { got <- err })
+	if err := released.Release(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	stopLost := l.OnLost(func(err error) { got <- err })
+	if _, err := c.ForceRelease(context.Background(), "onlost"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-got:
+		var le *LostError
+		if !errors.As(err, &le) || le.Reason != LostForceReleased {
+			t.Fatalf("callback got %v, want a LostError with reason %s", err, LostForceReleased)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("OnLost callback did not run when the lock was force released")
+	}
+	if stopLost() {
+		t.Fatal("stop after the callback started must report false")
+	}
+	l.OnLost(func(err error) { got <- err }) // already lost: runs at once
+	select {
+	case err := <-got:
+		if !errors.Is(err, ErrLost) {
+			t.Fatalf("late callback got %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("OnLost on a lost lock did not run")
+	}
+	stopped.Release(context.Background())
+	select {
+	case err := <-got:
+		t.Fatalf("a stopped or released lock's callback ran: %v", err)
+	case <-time.After(100 * time.Millisecond):
 	}
 }

@@ -34,6 +34,7 @@ type Lock struct {
 	pendingRelease bool
 	lostErr        error
 	lost           chan struct{}
+	lostHooks      []*lostHook // OnLost callbacks not yet run or stopped
 	expiry         *time.Timer // marks the lock lost when validity ends without renewal
 	maxHold        *time.Timer
 	keepAlive      bool
@@ -142,6 +143,54 @@ func (l *Lock) markLostLocked(err error) {
 		l.maxHold.Stop()
 	}
 	close(l.lost)
+	for _, h := range l.lostHooks {
+		h.run(err)
+	}
+	l.lostHooks = nil
+}
+
+// lostHook is one OnLost callback; its state is guarded by the lock's mu.
+type lostHook struct {
+	f       func(error)
+	stopped bool
+}
+
+func (h *lostHook) run(err error) { go h.f(err) }
+
+// OnLost arranges for f to run, in a goroutine of its own, once the lock is lost
+// (validity ended, taken, vanished, max hold, force release), with the *LostError; at
+// once if it is lost already. It does not run when the lock is released. No goroutine
+// waits meanwhile, unlike a select on Lost. stop cancels it and reports whether f will
+// never run (false: f has been started); stop may be called more than once.
+func (l *Lock) OnLost(f func(error)) (stop func() bool) {
+	h := &lostHook{f: f}
+	l.mu.Lock()
+	switch {
+	case l.lostErr != nil && errors.Is(l.lostErr, ErrLost):
+		h.run(l.lostErr)
+		l.mu.Unlock()
+		return func() bool { return false }
+	case l.lostErr != nil: // released: it will never be lost
+		h.stopped = true
+	default:
+		l.lostHooks = append(l.lostHooks, h)
+	}
+	l.mu.Unlock()
+	return func() bool {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		if h.stopped {
+			return true
+		}
+		for i, o := range l.lostHooks {
+			if o == h {
+				l.lostHooks = append(l.lostHooks[:i], l.lostHooks[i+1:]...)
+				h.stopped = true
+				return true
+			}
+		}
+		return false // taken off the list by markLostLocked: f was started
+	}
 }
 
 // Extend renews the lock on all nodes at once. It succeeds only if a quorum renewed
