@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"time"
@@ -45,7 +46,7 @@ func measureHot(vs []httpVariant, up *upstream, nodes []*redisNode, cfg config) 
 	hold := cfg.Hold.String()
 	spec := func(i, round int, d time.Duration) loadSpec {
 		key := fmt.Sprintf("hot%d-%d", i, round)
-		return loadSpec{Clients: cfg.HotClients, Duration: d, Targets: vs[i].targets, Stamp: true,
+		return loadSpec{Clients: cmp.Or(vs[i].clients, cfg.HotClients), Duration: d, Targets: vs[i].targets, Stamp: true,
 			Drain: 35 * time.Second,
 			Path:  func(int, int) string { return "/r/" + key + "?hold=" + hold }}
 	}
@@ -84,8 +85,10 @@ func measureHot(vs []httpVariant, up *upstream, nodes []*redisNode, cfg config) 
 			KeyBusy: busy[i].Seconds() / r.Window.Seconds(), Lat: summarize(r.Lat),
 			Gap:         perRequest(r.Window-busy[i], r.OK),
 			PerInstance: r.PerTarget, ClientMin: slices.Min(r.PerClient), ClientMax: slices.Max(r.PerClient),
-			Overtaken: summarizeOvertakes(overtakes[i]), Errors: r.errors(), Violations: viol[i],
-			Cmds: newCmdCount(cmds[i], len(r.Lat), v.inner)}
+			Overtaken: summarizeOvertakes(overtakes[i]), Errors: r.errors(), Violations: viol[i]}
+		if v.locked {
+			rows[i].Cmds = newCmdCount(cmds[i], len(r.Lat), v.inner)
+		}
 	}
 	return rows, firstErr
 }

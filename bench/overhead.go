@@ -14,6 +14,7 @@ type httpVariant struct {
 	inner    map[string]bool // in-script commands of its lock client
 	baseline int             // index of the plain variant of the same kind (overhead)
 	targets  []*httpTarget
+	clients  int // hot key: concurrent clients, if not cfg.HotClients
 }
 
 // httpRow is one overhead (unique keys) result.

@@ -59,7 +59,11 @@ func runHTTP(res *results, f flags, cfg config, dir, caddyBin string, up *upstre
 				targets: []*httpTarget{target(a, "n5"), target(b, "n5")}},
 				// One instance: the local queue's handoff alone, without cross-instance contention.
 				httpVariant{name: nameCaddyRedlock + ", N=5, 1 instance", kind: "caddy", locked: true, n: 5, inner: redlockInner,
-					targets: []*httpTarget{target(a, "n5")}})
+					targets: []*httpTarget{target(a, "n5")}},
+				// No lock, one client: requests in series through Caddy, the ceiling of any
+				// lock's hot key on this box (the proxy path and the upstream's own timing).
+				httpVariant{name: nameCaddyPlain + ", 1 client in series", kind: "caddy", clients: 1,
+					targets: []*httpTarget{target(a, "plain")}})
 			if f.compare != "" {
 				ca := start(startCaddy(f.compare, dir, "caddy-cmp-a", up.addr, sites))
 				cb := start(startCaddy(f.compare, dir, "caddy-cmp-b", up.addr, sites))

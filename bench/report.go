@@ -163,10 +163,12 @@ func (r *results) commandsTable() *table {
 		}
 	}
 	for _, x := range r.Hot {
-		t.add(x.Name, "hot key", fmt.Sprintf("%.2f", x.Cmds.TopLevel), x.Cmds.depth(), x.Cmds.short())
+		if x.Cmds.Requests > 0 {
+			t.add(x.Name, "hot key", fmt.Sprintf("%.2f", x.Cmds.TopLevel), x.Cmds.depth(), x.Cmds.short())
+		}
 	}
 	for _, x := range r.Waiters {
-		t.add(x.Name, fmt.Sprintf("%d waiting (per second)", x.Waiters), fmt.Sprintf("%.1f/s", x.Cmds.TopLevel), x.Cmds.depth(), x.Cmds.short())
+		t.add(x.Name, fmt.Sprintf("%d waiting (per second)", x.Waiters), fmt.Sprintf("%.1f/s", x.Cmds.TopLevel), "", x.Cmds.short())
 	}
 	return t
 }

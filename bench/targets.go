@@ -54,9 +54,11 @@ func (r *results) checkTargets() {
 		}
 	}
 
-	var red, rsDef, rsTuned *hotRow
+	var red, rsDef, rsTuned, ceiling *hotRow
 	for i := range r.Hot {
 		switch r.Hot[i].Name {
+		case nameCaddyPlain + ", 1 client in series":
+			ceiling = &r.Hot[i]
 		case nameCaddyRedlock + ", N=5":
 			red = &r.Hot[i]
 		case nameRedsyncTuned + ", N=5":
@@ -73,6 +75,9 @@ func (r *results) checkTargets() {
 				v += fmt.Sprintf("; %s %.0f%%", o.Name, 100*o.OfIdeal)
 				met = met && red.OfIdeal > o.OfIdeal
 			}
+		}
+		if ceiling != nil {
+			v += fmt.Sprintf(" (ceiling, no lock, 1 client through plain Caddy: %.0f%%)", 100*ceiling.OfIdeal)
 		}
 		add("hot key ≥ 85% of ideal, ahead of redsync (defaults and tuned)", v, yes(met))
 		if rsDef != nil && rsDef.Lat.P99 > 0 {

@@ -203,6 +203,7 @@ type attemptResult struct {
 type nodeReply struct {
 	idx   int
 	ok    bool
+	young bool // ok from a node found young at its first sighting (node.observe)
 	busy  bool
 	token int64
 	pttl  time.Duration
@@ -229,8 +230,11 @@ func (c *Client) tryOnce(ctx context.Context, nm names, owner string, attempt in
 		parse = setReply
 	}
 	for i, nd := range c.nodes {
-		if until := nd.quarantinedUntil(start); !until.IsZero() {
-			replies <- nodeReply{idx: i, err: quarantinedErr{until}}
+		// A node that restarted under our eyes gets nothing until its quarantine ends. A
+		// young one still gets the SET: whether its vote counts is decided with the
+		// others' replies in (a fresh start is known only once most nodes were seen).
+		if nd.restarted(start) {
+			replies <- nodeReply{idx: i, err: quarantinedErr{nd.quarantinedUntil(start)}}
 			continue
 		}
 		t0 := time.Now()
@@ -250,10 +254,20 @@ func (c *Client) tryOnce(ctx context.Context, nm names, owner string, attempt in
 		answered = make([]bool, n) // a definitive "busy" means our value is not there
 		res      attemptResult
 	)
+	var young []int // grants of young nodes: votes only on a fresh start
+	votes := func() int {
+		if c.freshStart() {
+			return len(granted) + len(young)
+		}
+		return len(granted)
+	}
 	for received < n {
 		r := <-replies
 		received++
 		switch {
+		case r.ok && r.young:
+			young = append(young, r.idx)
+			token = max(token, r.token)
 		case r.ok:
 			granted = append(granted, r.idx)
 			token = max(token, r.token)
@@ -267,8 +281,15 @@ func (c *Client) tryOnce(ctx context.Context, nm names, owner string, attempt in
 			errs = append(errs, NodeError{Node: c.nodes[r.idx].addr, Err: r.err})
 		}
 		// Stop as soon as the outcome is known: a paused node must not hold us up.
-		if len(granted) >= c.quorum || nbusy+len(errs) > n-c.quorum {
+		if votes() >= c.quorum || nbusy+len(errs) > n-c.quorum {
 			break
+		}
+	}
+	if c.freshStart() {
+		granted = append(granted, young...)
+	} else {
+		for _, i := range young {
+			errs = append(errs, NodeError{Node: c.nodes[i].addr, Err: quarantinedErr{c.nodes[i].quarantinedUntil(time.Now())}})
 		}
 	}
 	// Replies still on the way (each bounded by node_timeout). Without pipelining they
@@ -331,9 +352,13 @@ func acquireReply(i int, nd *node, rep nodeReply) nodeReply {
 	// (OnConnect reads the run_id before sending it): the check before sending passed, so
 	// check again. The reply is then no vote, and as it is not marked answered, the
 	// round's release still goes to this node.
-	if until := nd.quarantinedUntil(time.Now()); !until.IsZero() {
-		return nodeReply{idx: i, err: quarantinedErr{until}}
+	now := time.Now()
+	if nd.restarted(now) {
+		return nodeReply{idx: i, err: quarantinedErr{nd.quarantinedUntil(now)}}
 	}
+	// The same goes for a node found young at its first sighting; whether that holds it
+	// back (no fresh start) is decided with the round's other replies in.
+	rep.young = rep.ok && nd.young(now)
 	return rep
 }
 

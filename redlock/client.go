@@ -21,6 +21,9 @@ type Client struct {
 	nodes  []*node
 	quorum int
 	maxTTL atomic.Int64 // largest ttl used, for the restart quarantine
+	// youngSeen counts the nodes whose first sighting found them started less than a
+	// quarantine ago (node.observe); a majority of them means a fresh start.
+	youngSeen atomic.Int32
 
 	queues  *queues
 	notices *notifier
@@ -93,6 +96,12 @@ func (c *Client) Warnings() []string { return append([]string(nil), c.warnings..
 
 // Quorum is the number of nodes a lock needs: N/2+1.
 func (c *Client) Quorum() int { return c.quorum }
+
+// freshStart reports whether a majority of the nodes were young when this client first
+// saw them: a new deployment, or all restarted at once. It cannot tell those apart, and
+// holding them all back would make every fresh start unavailable for a ttl, so young
+// nodes then vote (a client that saw them restart still quarantines them).
+func (c *Client) freshStart() bool { return int(c.youngSeen.Load()) >= c.quorum }
 
 // TTL is the default lock ttl.
 func (c *Client) TTL() time.Duration { return c.opt.TTL }

@@ -88,5 +88,5 @@ const (
 type quarantinedErr struct{ until time.Time }
 
 func (e quarantinedErr) Error() string {
-	return fmt.Sprintf("quarantined after restart for %v more", time.Until(e.until).Round(time.Millisecond))
+	return fmt.Sprintf("quarantined after a (re)start for %v more", time.Until(e.until).Round(time.Millisecond))
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -30,7 +31,10 @@ type node struct {
 	lastCheck   time.Time
 	runID       string
 	quarantined time.Time // no vote before this (monotonic reading via time.Now)
-	errors      uint64
+	// youngUntil: at its first sighting the node had started less than a quarantine ago;
+	// until then it votes only on a fresh start (Client.freshStart).
+	youngUntil time.Time
+	errors     uint64
 }
 
 // NodeStatus is a snapshot of one node for the admin API.
@@ -140,7 +144,7 @@ func (n *node) onConnect(ctx context.Context, cn *redis.Conn) error {
 	if err != nil {
 		return fmt.Errorf("redlock: INFO server on connect: %w", err)
 	}
-	n.observeRunID(parseInfoField(info, "run_id"))
+	n.observe(info)
 	return nil
 }
 
@@ -153,26 +157,65 @@ func parseInfoField(info, field string) string {
 	return ""
 }
 
-// observeRunID applies the delayed-restart rule: a node whose run_id changed may have
-// lost its keys, so it must not vote until every lock it could have held has expired.
-func (n *node) observeRunID(id string) {
+// observe applies the delayed-restart rule to an INFO server reply. A node whose run_id
+// changed may have lost its keys, so it must not vote until every lock it could have
+// held has expired. A node seen for the first time cannot be compared with anything, but
+// its uptime tells whether it started less than a quarantine ago: it may then be a node
+// that just restarted under other clients' locks (this client being new: a Caddy start
+// or reload), and it is held back the same way, for what is left of that quarantine,
+// unless a majority of the nodes are that young (Client.freshStart).
+func (n *node) observe(info string) {
+	id := parseInfoField(info, "run_id")
 	if id == "" {
 		return
 	}
+	maxTTL := time.Duration(n.c.maxTTL.Load())
+	q := maxTTL + drift(maxTTL, n.c.opt.DriftFactor)
+	now := time.Now()
 	n.mu.Lock()
 	prev := n.runID
 	n.runID = id
-	var until time.Time
-	if prev != "" && prev != id {
-		maxTTL := time.Duration(n.c.maxTTL.Load())
-		until = time.Now().Add(maxTTL + drift(maxTTL, n.c.opt.DriftFactor))
+	var until, young time.Time
+	switch {
+	case prev != "" && prev != id:
+		until = now.Add(q)
 		n.quarantined = until
+	case prev == "":
+		// uptime_in_seconds is rounded down: the node started no earlier than now-uptime.
+		if up, err := strconv.ParseInt(parseInfoField(info, "uptime_in_seconds"), 10, 64); err == nil {
+			if started := now.Add(-time.Duration(up) * time.Second); started.Add(q).After(now) {
+				young = started.Add(q)
+				n.youngUntil = young
+			}
+		}
 	}
 	n.mu.Unlock()
+	if !young.IsZero() {
+		n.c.youngSeen.Add(1)
+		if !n.c.freshStart() {
+			n.c.opt.Logger.Warn("redis node started less than a quarantine ago; unless most nodes did, it will not vote until then",
+				zap.String("node", n.addr), zap.String("run_id", id), zap.Time("quarantined_until", young))
+		}
+	}
 	if !until.IsZero() {
 		n.c.opt.Logger.Warn("redis node restarted; it will not vote until its quarantine ends",
 			zap.String("node", n.addr), zap.String("previous_run_id", prev), zap.String("run_id", id), zap.Time("quarantined_until", until))
 	}
+}
+
+// restarted reports whether the node is in the quarantine of a restart this client saw.
+func (n *node) restarted(now time.Time) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return now.Before(n.quarantined)
+}
+
+// young reports whether the node was young at its first sighting and still is: its vote
+// counts only on a fresh start.
+func (n *node) young(now time.Time) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return now.Before(n.youngUntil)
 }
 
 // quarantinedUntil returns a non-zero time while the node may not vote.
@@ -181,6 +224,9 @@ func (n *node) quarantinedUntil(now time.Time) time.Time {
 	defer n.mu.Unlock()
 	if now.Before(n.quarantined) {
 		return n.quarantined
+	}
+	if now.Before(n.youngUntil) && !n.c.freshStart() {
+		return n.youngUntil
 	}
 	return time.Time{}
 }
@@ -207,8 +253,10 @@ func (n *node) status() NodeStatus {
 		Address: n.addr, Up: n.up, Checked: n.checked, LastRTT: n.lastRTT, LastError: n.lastErr,
 		LastErrorAt: n.lastErrAt, LastCheck: n.lastCheck, RunID: n.runID, Errors: n.errors,
 	}
-	if time.Now().Before(n.quarantined) {
+	if now := time.Now(); now.Before(n.quarantined) {
 		s.QuarantinedUntil = n.quarantined
+	} else if now.Before(n.youngUntil) && !n.c.freshStart() {
+		s.QuarantinedUntil = n.youngUntil
 	}
 	return s
 }
@@ -222,7 +270,7 @@ func (n *node) check(ctx context.Context, timeout time.Duration) {
 	rtt := time.Since(start)
 	n.record("health", rtt, err)
 	if err == nil {
-		n.observeRunID(parseInfoField(info, "run_id"))
+		n.observe(info)
 	}
 	n.mu.Lock()
 	n.checked = true

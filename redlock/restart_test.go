@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/caddy-redlock/caddy-redlock/internal/redistest"
+	"github.com/redis/go-redis/v9"
 )
 
 // Two nodes of three restart without persistence while A holds the key. Were they to
@@ -64,4 +65,66 @@ func TestRestartedNodesDoNotVoteDuringQuarantine(t *testing.T) {
 		t.Fatalf("after quarantine: %v", err)
 	}
 	_ = lb.Release(ctx)
+}
+
+// A client that never saw the nodes before (a Caddy start or reload) cannot notice a
+// restart by its run_id. A holds the key on nodes 0-2 (3 and 4 lost it: deleted here);
+// node 0 restarts empty. Were new client B to count node 0's vote, nodes 0, 3 and 4 would
+// give it the key A holds. Node 0's uptime gives it away: it is held back like a restart.
+func TestNewClientHoldsBackYoungNode(t *testing.T) {
+	servers := redistest.StartN(t, 5)
+	opt := fastOptions()
+	a := newTestClient(t, servers, opt)
+	ctx := context.Background()
+	// Let the nodes age past a quarantine for the new client: only node 0 will be young.
+	time.Sleep(opt.TTL + time.Second)
+	la, err := a.Acquire(ctx, "young", AcquireOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range servers[3:] {
+		rc := redis.NewClient(&redis.Options{Addr: s.Addr()})
+		if err := rc.Del(ctx, DefaultPrefix+"young").Err(); err != nil {
+			t.Fatal(err)
+		}
+		rc.Close()
+	}
+	if err := servers[0].Restart(); err != nil {
+		t.Fatal(err)
+	}
+	b := newTestClient(t, servers, opt)
+	_, err = b.Acquire(ctx, "young", AcquireOptions{})
+	if err == nil {
+		t.Fatal("new client B acquired the key A holds: the just-restarted node voted")
+	}
+	if !errors.Is(err, ErrBusy) || la.Validity() <= 0 {
+		t.Fatalf("B: %v (A's validity %v), want busy", err, la.Validity())
+	}
+	waitRunIDs(t, b)
+	if st := b.Nodes()[0]; st.QuarantinedUntil.IsZero() {
+		t.Fatalf("node 0 not shown as quarantined: %+v", st)
+	}
+	for i, st := range b.Nodes()[1:] {
+		if !st.QuarantinedUntil.IsZero() {
+			t.Fatalf("node %d (old) shown quarantined", i+1)
+		}
+	}
+}
+
+// Nodes that all started just now (a new deployment) are a fresh start: a new client
+// uses them at once, first try included.
+func TestFreshNodesVoteAtOnce(t *testing.T) {
+	servers := redistest.StartN(t, 5)
+	c := newTestClient(t, servers, fastOptions())
+	l, err := c.Acquire(context.Background(), "fresh", AcquireOptions{})
+	if err != nil {
+		t.Fatalf("first acquire on fresh nodes: %v", err)
+	}
+	_ = l.Release(context.Background())
+	waitRunIDs(t, c)
+	for i, st := range c.Nodes() {
+		if !st.QuarantinedUntil.IsZero() {
+			t.Fatalf("fresh node %d shown quarantined", i)
+		}
+	}
 }
