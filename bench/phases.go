@@ -60,8 +60,9 @@ func runHTTP(res *results, f flags, cfg config, dir, caddyBin string, up *upstre
 				// One instance: the local queue's handoff alone, without cross-instance contention.
 				httpVariant{name: nameCaddyRedlock + ", N=5, 1 instance", kind: "caddy", locked: true, n: 5, inner: redlockInner,
 					targets: []*httpTarget{target(a, "n5")}},
-				// No lock, one client: requests in series through Caddy, the ceiling of any
-				// lock's hot key on this box (the proxy path and the upstream's own timing).
+				// No lock, one client: requests in series through plain Caddy. What the box
+				// gives serialized traffic without any lock (the proxy path and the
+				// upstream's timing; here the client's own round trip is in the gap too).
 				httpVariant{name: nameCaddyPlain + ", 1 client in series", kind: "caddy", clients: 1,
 					targets: []*httpTarget{target(a, "plain")}})
 			if f.compare != "" {

@@ -77,7 +77,7 @@ func (r *results) checkTargets() {
 			}
 		}
 		if ceiling != nil {
-			v += fmt.Sprintf(" (ceiling, no lock, 1 client through plain Caddy: %.0f%%)", 100*ceiling.OfIdeal)
+			v += fmt.Sprintf(" (plain Caddy, no lock, 1 client in series: %.0f%%)", 100*ceiling.OfIdeal)
 		}
 		add("hot key ≥ 85% of ideal, ahead of redsync (defaults and tuned)", v, yes(met))
 		if rsDef != nil && rsDef.Lat.P99 > 0 {

@@ -289,6 +289,7 @@ func (c *Client) tryOnce(ctx context.Context, nm names, owner string, attempt in
 		granted = append(granted, young...)
 	} else {
 		for _, i := range young {
+			c.nodes[i].warnYoung()
 			errs = append(errs, NodeError{Node: c.nodes[i].addr, Err: quarantinedErr{c.nodes[i].quarantinedUntil(time.Now())}})
 		}
 	}

@@ -33,8 +33,9 @@ type node struct {
 	quarantined time.Time // no vote before this (monotonic reading via time.Now)
 	// youngUntil: at its first sighting the node had started less than a quarantine ago;
 	// until then it votes only on a fresh start (Client.freshStart).
-	youngUntil time.Time
-	errors     uint64
+	youngUntil  time.Time
+	youngWarned bool
+	errors      uint64
 }
 
 // NodeStatus is a snapshot of one node for the admin API.
@@ -191,15 +192,23 @@ func (n *node) observe(info string) {
 	}
 	n.mu.Unlock()
 	if !young.IsZero() {
-		n.c.youngSeen.Add(1)
-		if !n.c.freshStart() {
-			n.c.opt.Logger.Warn("redis node started less than a quarantine ago; unless most nodes did, it will not vote until then",
-				zap.String("node", n.addr), zap.String("run_id", id), zap.Time("quarantined_until", young))
-		}
+		n.c.youngSeen.Add(1) // logged when it costs a vote (warnYoung): most fresh starts never do
 	}
 	if !until.IsZero() {
 		n.c.opt.Logger.Warn("redis node restarted; it will not vote until its quarantine ends",
 			zap.String("node", n.addr), zap.String("previous_run_id", prev), zap.String("run_id", id), zap.Time("quarantined_until", until))
+	}
+}
+
+// warnYoung logs, once, that a young node's vote was not counted.
+func (n *node) warnYoung() {
+	n.mu.Lock()
+	warned, until, id := n.youngWarned, n.youngUntil, n.runID
+	n.youngWarned = true
+	n.mu.Unlock()
+	if !warned {
+		n.c.opt.Logger.Warn("redis node started less than a quarantine ago; unless most nodes did, it will not vote until then",
+			zap.String("node", n.addr), zap.String("run_id", id), zap.Time("quarantined_until", until))
 	}
 }
 
