@@ -128,21 +128,37 @@ func inflightCounts() (held, waiting int) {
 type observer struct {
 	mu      sync.Mutex
 	failing map[string]bool // node address -> its last call failed
+	// rtt caches the histogram of each node and operation: every lock makes 2N calls,
+	// and WithLabelValues validates and hashes its labels each time.
+	rtt map[nodeOp]prometheus.Observer
 }
+
+type nodeOp struct{ node, op string }
 
 func (o *observer) NodeCall(node, op string, rtt time.Duration, err error) {
 	if errors.Is(err, context.Canceled) {
 		return // the caller gave up (a request went away): says nothing about the node
 	}
-	if err == nil {
-		metrics.nodeRTT.WithLabelValues(node, op).Observe(rtt.Seconds())
-	} else {
-		metrics.nodeErrors.WithLabelValues(node, op).Inc()
-	}
 	o.mu.Lock()
+	var hist prometheus.Observer
+	if err == nil {
+		hist = o.rtt[nodeOp{node, op}]
+		if hist == nil {
+			if o.rtt == nil {
+				o.rtt = map[nodeOp]prometheus.Observer{}
+			}
+			hist = metrics.nodeRTT.WithLabelValues(node, op)
+			o.rtt[nodeOp{node, op}] = hist
+		}
+	}
 	was, changed := o.failing[node], o.failing[node] != (err != nil)
 	o.failing[node] = err != nil
 	o.mu.Unlock()
+	if err == nil {
+		hist.Observe(rtt.Seconds())
+	} else {
+		metrics.nodeErrors.WithLabelValues(node, op).Inc()
+	}
 	if !changed {
 		return
 	}
