@@ -255,11 +255,15 @@ func (c *Client) tryOnce(ctx context.Context, nm names, owner string, attempt in
 		res      attemptResult
 	)
 	var young []int // grants of young nodes: votes only on a fresh start
+	fresh := func(i int) bool { return c.freshStart(c.nodes[i]) }
 	votes := func() int {
-		if c.freshStart() {
-			return len(granted) + len(young)
+		v := len(granted)
+		for _, i := range young {
+			if fresh(i) {
+				v++
+			}
 		}
-		return len(granted)
+		return v
 	}
 	for received < n {
 		r := <-replies
@@ -285,13 +289,13 @@ func (c *Client) tryOnce(ctx context.Context, nm names, owner string, attempt in
 			break
 		}
 	}
-	if c.freshStart() {
-		granted = append(granted, young...)
-	} else {
-		for _, i := range young {
-			c.nodes[i].warnYoung()
-			errs = append(errs, NodeError{Node: c.nodes[i].addr, Err: quarantinedErr{c.nodes[i].quarantinedUntil(time.Now())}})
+	for _, i := range young {
+		if fresh(i) {
+			granted = append(granted, i)
+			continue
 		}
+		c.nodes[i].warnYoung()
+		errs = append(errs, NodeError{Node: c.nodes[i].addr, Err: quarantinedErr{c.nodes[i].quarantinedUntil(time.Now())}})
 	}
 	// Replies still on the way (each bounded by node_timeout). Without pipelining they
 	// must be in before any release of this round's value goes to their nodes: a release

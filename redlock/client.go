@@ -21,9 +21,6 @@ type Client struct {
 	nodes  []*node
 	quorum int
 	maxTTL atomic.Int64 // largest ttl used, for the restart quarantine
-	// youngSeen counts the nodes whose first sighting found them started less than a
-	// quarantine ago (node.observe); a majority of them means a fresh start.
-	youngSeen atomic.Int32
 
 	queues  *queues
 	notices *notifier
@@ -97,11 +94,36 @@ func (c *Client) Warnings() []string { return append([]string(nil), c.warnings..
 // Quorum is the number of nodes a lock needs: N/2+1.
 func (c *Client) Quorum() int { return c.quorum }
 
-// freshStart reports whether a majority of the nodes were young when this client first
-// saw them: a new deployment, or all restarted at once. It cannot tell those apart, and
-// holding them all back would make every fresh start unavailable for a ttl, so young
-// nodes then vote (a client that saw them restart still quarantines them).
-func (c *Client) freshStart() bool { return int(c.youngSeen.Load()) >= c.quorum }
+// startedTogether is how close the start times (from INFO uptime, in whole seconds) of
+// nodes must be for them to count as one fresh start.
+const startedTogether = 2 * time.Second
+
+// freshStart reports whether young node n started together with a majority of the nodes
+// (itself included, as far as this client has seen them): a new deployment, or all of
+// them restarted at once. The client cannot tell those apart, and holding them back
+// would make every new deployment unavailable for a ttl, so n then votes. A node that
+// started alone, after the others, may be a restart under other clients' locks: it does
+// not (node.observe). A client that saw nodes restart quarantines them regardless.
+func (c *Client) freshStart(n *node) bool {
+	s := n.startedAt.Load()
+	if s == 0 {
+		return false
+	}
+	together := 0
+	for _, o := range c.nodes {
+		if t := o.startedAt.Load(); t != 0 && time.Duration(abs(t-s)) <= startedTogether {
+			together++
+		}
+	}
+	return together >= c.quorum
+}
+
+func abs(x int64) int64 {
+	if x < 0 {
+		return -x
+	}
+	return x
+}
 
 // TTL is the default lock ttl.
 func (c *Client) TTL() time.Duration { return c.opt.TTL }

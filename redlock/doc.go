@@ -47,8 +47,9 @@
 // the client sees it back (the delayed-restart rule; a new connection checks the run_id
 // before it carries a command), so A's lock has lapsed before x can grant again; a client
 // that never saw x before reads x's uptime instead and holds x back until ttl+drift after
-// x's start, unless a majority of nodes are that young (a fresh start: it cannot tell that
-// from a majority restart, which Redlock without persistence cannot survive anyway), and (2) a
+// x's start, unless x started together with a majority of the nodes (a fresh start: it
+// cannot tell that from a majority restart, which Redlock without persistence cannot
+// survive anyway), and (2) a
 // missing counter starts from the node's clock in microseconds, which is larger than every
 // token issued before the restart as long as node clocks differ by less than the
 // quarantine. Counters also expire after an hour unused for the same reason: re-created,

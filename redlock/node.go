@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -21,6 +22,9 @@ type node struct {
 	// nil with Options.DisablePipelining.
 	batch *batcher
 	c     *Client
+	// startedAt is when the node started (UnixNano, from its uptime at the first
+	// sighting), 0 until seen; read without mu by Client.freshStart.
+	startedAt atomic.Int64
 
 	mu          sync.Mutex
 	up          bool
@@ -164,7 +168,7 @@ func parseInfoField(info, field string) string {
 // its uptime tells whether it started less than a quarantine ago: it may then be a node
 // that just restarted under other clients' locks (this client being new: a Caddy start
 // or reload), and it is held back the same way, for what is left of that quarantine,
-// unless a majority of the nodes are that young (Client.freshStart).
+// unless it started together with a majority of the nodes (Client.freshStart).
 func (n *node) observe(info string) {
 	id := parseInfoField(info, "run_id")
 	if id == "" {
@@ -176,7 +180,7 @@ func (n *node) observe(info string) {
 	n.mu.Lock()
 	prev := n.runID
 	n.runID = id
-	var until, young time.Time
+	var until time.Time
 	switch {
 	case prev != "" && prev != id:
 		until = now.Add(q)
@@ -184,16 +188,14 @@ func (n *node) observe(info string) {
 	case prev == "":
 		// uptime_in_seconds is rounded down: the node started no earlier than now-uptime.
 		if up, err := strconv.ParseInt(parseInfoField(info, "uptime_in_seconds"), 10, 64); err == nil {
-			if started := now.Add(-time.Duration(up) * time.Second); started.Add(q).After(now) {
-				young = started.Add(q)
-				n.youngUntil = young
+			started := now.Add(-time.Duration(up) * time.Second)
+			n.startedAt.Store(started.UnixNano())
+			if started.Add(q).After(now) {
+				n.youngUntil = started.Add(q) // logged when it costs a vote (warnYoung)
 			}
 		}
 	}
 	n.mu.Unlock()
-	if !young.IsZero() {
-		n.c.youngSeen.Add(1) // logged when it costs a vote (warnYoung): most fresh starts never do
-	}
 	if !until.IsZero() {
 		n.c.opt.Logger.Warn("redis node restarted; it will not vote until its quarantine ends",
 			zap.String("node", n.addr), zap.String("previous_run_id", prev), zap.String("run_id", id), zap.Time("quarantined_until", until))
@@ -207,7 +209,7 @@ func (n *node) warnYoung() {
 	n.youngWarned = true
 	n.mu.Unlock()
 	if !warned {
-		n.c.opt.Logger.Warn("redis node started less than a quarantine ago; unless most nodes did, it will not vote until then",
+		n.c.opt.Logger.Warn("redis node started less than a quarantine ago, not together with most nodes: it will not vote until then",
 			zap.String("node", n.addr), zap.String("run_id", id), zap.Time("quarantined_until", until))
 	}
 }
@@ -230,12 +232,13 @@ func (n *node) young(now time.Time) bool {
 // quarantinedUntil returns a non-zero time while the node may not vote.
 func (n *node) quarantinedUntil(now time.Time) time.Time {
 	n.mu.Lock()
-	defer n.mu.Unlock()
-	if now.Before(n.quarantined) {
-		return n.quarantined
+	restart, young := n.quarantined, n.youngUntil
+	n.mu.Unlock()
+	if now.Before(restart) {
+		return restart
 	}
-	if now.Before(n.youngUntil) && !n.c.freshStart() {
-		return n.youngUntil
+	if now.Before(young) && !n.c.freshStart(n) { // outside mu: it reads every node
+		return young
 	}
 	return time.Time{}
 }
@@ -257,16 +260,12 @@ func (n *node) record(op string, rtt time.Duration, err error) {
 
 func (n *node) status() NodeStatus {
 	n.mu.Lock()
-	defer n.mu.Unlock()
 	s := NodeStatus{
 		Address: n.addr, Up: n.up, Checked: n.checked, LastRTT: n.lastRTT, LastError: n.lastErr,
 		LastErrorAt: n.lastErrAt, LastCheck: n.lastCheck, RunID: n.runID, Errors: n.errors,
 	}
-	if now := time.Now(); now.Before(n.quarantined) {
-		s.QuarantinedUntil = n.quarantined
-	} else if now.Before(n.youngUntil) && !n.c.freshStart() {
-		s.QuarantinedUntil = n.youngUntil
-	}
+	n.mu.Unlock()
+	s.QuarantinedUntil = n.quarantinedUntil(time.Now())
 	return s
 }
 

@@ -128,3 +128,39 @@ func TestFreshNodesVoteAtOnce(t *testing.T) {
 		}
 	}
 }
+
+// freshStart compares start times, not how young each node looked when first seen: nodes
+// started within a couple of seconds of each other are one fresh start however late a
+// client first sees them (a node first seen just past its quarantine and one just before
+// it must agree); a node that started alone, later, is not; unseen nodes never count.
+func TestFreshStartByStartTimes(t *testing.T) {
+	servers := redistest.StartN(t, 3)
+	c := newTestClient(t, servers, fastOptions())
+	waitRunIDs(t, c) // first sightings done: nothing overwrites the start times set below
+	base := time.Now().Add(-time.Hour).UnixNano()
+	set := func(offsets ...time.Duration) {
+		for i, nd := range c.nodes {
+			if offsets[i] < 0 {
+				nd.startedAt.Store(0)
+			} else {
+				nd.startedAt.Store(base + int64(offsets[i]))
+			}
+		}
+	}
+	for _, tc := range []struct {
+		name    string
+		offsets []time.Duration // per node; < 0: not seen yet
+		fresh   bool            // for node 2
+	}{
+		{"together", []time.Duration{0, 0, 1500 * time.Millisecond}, true},
+		{"alone, later", []time.Duration{0, 0, 10 * time.Second}, false},
+		{"with one other", []time.Duration{0, 10 * time.Second, 10 * time.Second}, true},
+		{"others unseen", []time.Duration{-1, -1, 0}, false},
+		{"itself unseen", []time.Duration{0, 0, -1}, false},
+	} {
+		set(tc.offsets...)
+		if got := c.freshStart(c.nodes[2]); got != tc.fresh {
+			t.Errorf("%s: freshStart = %v, want %v", tc.name, got, tc.fresh)
+		}
+	}
+}
