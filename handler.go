@@ -121,11 +121,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 // max_hold, Caddy exiting) only stopped on Caddy's side: the upstream may not have
 // noticed yet and still be working on it. Its lock, if still held, is therefore kept,
 // renewed, for one more ttl (state "draining") before it is released, so that the next
-// holder does not overlap a straggler. A request that completed, failed or panicked releases at once,
-// in the background.
+// holder does not overlap a straggler. A request that completed, failed or panicked
+// releases at once: to the next waiting request of this instance right here when that
+// costs no round trip (Lock.HandOver), else in the background.
 func (h *Handler) finish(l *redlock.Lock, e *inflight, r *http.Request, aborted bool) {
-	// Draining only helps while the lock still keeps others out: a lost lock (renewals
-	// failed, max_hold, force release) is given back at once.
 	if !aborted && l.HandOver() {
 		// The next request of this instance waiting for the key has the lock now, with no
 		// Redis round trip: it starts on the upstream while this response is still being
@@ -140,6 +139,8 @@ func (h *Handler) finish(l *redlock.Lock, e *inflight, r *http.Request, aborted 
 		runtime.Gosched()
 		return
 	}
+	// Draining only helps while the lock still keeps others out: a lost lock (renewals
+	// failed, max_hold, force release) is given back at once.
 	if !aborted || l.Err() != nil {
 		// Off the response's critical path: net/http finishes the response (the last
 		// flush, the end of a chunked body) only once ServeHTTP has returned, so a

@@ -84,8 +84,9 @@ func (c *Client) contend(ctx, waitCtx context.Context, q *keyQueue, key string, 
 			return nil, ErrClosed
 		}
 		value := owner + strconv.Itoa(attempt)
-		// A first try with a wait ahead can be a plain SET NX PX (see tryOnce); a busy
-		// reply then carries no PTTL, which only the give-up answer (wait 0) needs.
+		// A first try with a wait ahead can be a plain SET NX PX (see tryOnce). Its busy
+		// replies carry no PTTL: were the wait to run out during that very try, the
+		// BusyError's RetryAfter is 0 (Retry-After: 1); with wait 0 the script runs.
 		plain := attempt == 1 && !fencing && waitCtx.Err() == nil
 		res := c.tryOnce(ctx, nm, owner, attempt, ttl, fencing, plain)
 		if res.validity > 0 {
@@ -289,13 +290,14 @@ func (c *Client) tryOnce(ctx context.Context, nm names, owner string, attempt in
 			break
 		}
 	}
+	heldBack := 0 // young grants that do not count: answers, but no votes
 	for _, i := range young {
 		if fresh(i) {
 			granted = append(granted, i)
 			continue
 		}
-		c.nodes[i].warnYoung()
-		errs = append(errs, NodeError{Node: c.nodes[i].addr, Err: quarantinedErr{c.nodes[i].quarantinedUntil(time.Now())}})
+		c.nodes[i].warnYoung(time.Now())
+		heldBack++
 	}
 	// Replies still on the way (each bounded by node_timeout). Without pipelining they
 	// must be in before any release of this round's value goes to their nodes: a release
@@ -343,8 +345,9 @@ func (c *Client) tryOnce(ctx context.Context, nm names, owner string, attempt in
 		defer cancel()
 		c.releaseOnNodes(ctx, nm, value, answered, false)
 	})
-	// Unavailable: fewer than a quorum of nodes answered at all (busy counts as an answer).
-	if len(granted)+nbusy < c.quorum && len(errs) > n-c.quorum {
+	// Unavailable: fewer than a quorum of nodes answered at all (busy counts as an
+	// answer, and so does a young node's grant: the nodes are up, the key is not ours).
+	if len(granted)+nbusy+heldBack < c.quorum && len(errs) > n-c.quorum {
 		res.unavailable = &UnavailableError{Quorum: c.quorum, Nodes: errs}
 	}
 	return res
@@ -361,9 +364,9 @@ func acquireReply(i int, nd *node, rep nodeReply) nodeReply {
 	if nd.restarted(now) {
 		return nodeReply{idx: i, err: quarantinedErr{nd.quarantinedUntil(now)}}
 	}
-	// The same goes for a node found young at its first sighting; whether that holds it
-	// back (no fresh start) is decided with the round's other replies in.
-	rep.young = rep.ok && nd.young(now)
+	// The same goes for a node that started less than a quarantine ago; whether that
+	// holds it back (no fresh start) is decided with the round's other replies in.
+	rep.young = rep.ok && !nd.youngUntil(now).IsZero()
 	return rep
 }
 

@@ -11,7 +11,8 @@
 //
 // # Protocol
 //
-// Acquire sends one script (SET key value PX ttl when the key is absent) to all nodes at
+// Acquire sends one command (a plain SET key value NX PX ttl on a first try, else a script
+// that also lets a retry take over its own earlier attempt's value) to all nodes at
 // once, each call bounded by node_timeout, and returns as soon as the outcome is known. The
 // lock is held iff a quorum (N/2+1) granted it and validity = ttl - elapsed - drift > 0, with
 // drift = ttl*drift_factor + 2ms and elapsed read from the monotonic clock. A failed round

@@ -22,8 +22,8 @@ type node struct {
 	// nil with Options.DisablePipelining.
 	batch *batcher
 	c     *Client
-	// startedAt is when the node started (UnixNano, from its uptime at the first
-	// sighting), 0 until seen; read without mu by Client.freshStart.
+	// startedAt is when the node's current run started (UnixNano, the latest instant its
+	// INFO uptime allows), 0 until seen; read without mu (Client.freshStart).
 	startedAt atomic.Int64
 
 	mu          sync.Mutex
@@ -35,10 +35,7 @@ type node struct {
 	lastCheck   time.Time
 	runID       string
 	quarantined time.Time // no vote before this (monotonic reading via time.Now)
-	// youngUntil: at its first sighting the node had started less than a quarantine ago;
-	// until then it votes only on a fresh start (Client.freshStart).
-	youngUntil  time.Time
-	youngWarned bool
+	youngWarned bool      // warnYoung logged
 	errors      uint64
 }
 
@@ -165,34 +162,29 @@ func parseInfoField(info, field string) string {
 // observe applies the delayed-restart rule to an INFO server reply. A node whose run_id
 // changed may have lost its keys, so it must not vote until every lock it could have
 // held has expired. A node seen for the first time cannot be compared with anything, but
-// its uptime tells whether it started less than a quarantine ago: it may then be a node
-// that just restarted under other clients' locks (this client being new: a Caddy start
-// or reload), and it is held back the same way, for what is left of that quarantine,
+// its uptime tells when it started: if less than a quarantine ago, it may be a node that
+// just restarted under other clients' locks (this client being new: a Caddy start or
+// reload), and it is held back the same way until a quarantine after its start (young),
 // unless it started together with a majority of the nodes (Client.freshStart).
 func (n *node) observe(info string) {
 	id := parseInfoField(info, "run_id")
 	if id == "" {
 		return
 	}
-	maxTTL := time.Duration(n.c.maxTTL.Load())
-	q := maxTTL + drift(maxTTL, n.c.opt.DriftFactor)
 	now := time.Now()
 	n.mu.Lock()
 	prev := n.runID
 	n.runID = id
 	var until time.Time
-	switch {
-	case prev != "" && prev != id:
-		until = now.Add(q)
+	if prev != "" && prev != id {
+		until = now.Add(n.c.quarantine())
 		n.quarantined = until
-	case prev == "":
-		// uptime_in_seconds is rounded down: the node started no earlier than now-uptime.
+	}
+	if prev != id {
+		// Redis reports floor(now) - floor(start) in whole seconds: the run is more than
+		// uptime-1 seconds old, and may be barely that. Take the latest possible start.
 		if up, err := strconv.ParseInt(parseInfoField(info, "uptime_in_seconds"), 10, 64); err == nil {
-			started := now.Add(-time.Duration(up) * time.Second)
-			n.startedAt.Store(started.UnixNano())
-			if started.Add(q).After(now) {
-				n.youngUntil = started.Add(q) // logged when it costs a vote (warnYoung)
-			}
+			n.startedAt.Store(now.Add(-time.Duration(max(up-1, 0)) * time.Second).UnixNano())
 		}
 	}
 	n.mu.Unlock()
@@ -202,15 +194,29 @@ func (n *node) observe(info string) {
 	}
 }
 
+// youngUntil returns when a quarantine after the node's start ends, if that is still
+// ahead, else zero. It is computed with the largest ttl used so far, not the one known
+// when the node was first seen: locks taken later with a longer ttl count too.
+func (n *node) youngUntil(now time.Time) time.Time {
+	s := n.startedAt.Load()
+	if s == 0 {
+		return time.Time{}
+	}
+	if until := time.Unix(0, s).Add(n.c.quarantine()); now.Before(until) {
+		return until
+	}
+	return time.Time{}
+}
+
 // warnYoung logs, once, that a young node's vote was not counted.
-func (n *node) warnYoung() {
+func (n *node) warnYoung(now time.Time) {
 	n.mu.Lock()
-	warned, until, id := n.youngWarned, n.youngUntil, n.runID
+	warned, id := n.youngWarned, n.runID
 	n.youngWarned = true
 	n.mu.Unlock()
 	if !warned {
 		n.c.opt.Logger.Warn("redis node started less than a quarantine ago, not together with most nodes: it will not vote until then",
-			zap.String("node", n.addr), zap.String("run_id", id), zap.Time("quarantined_until", until))
+			zap.String("node", n.addr), zap.String("run_id", id), zap.Time("quarantined_until", n.youngUntil(now)))
 	}
 }
 
@@ -221,23 +227,15 @@ func (n *node) restarted(now time.Time) bool {
 	return now.Before(n.quarantined)
 }
 
-// young reports whether the node was young at its first sighting and still is: its vote
-// counts only on a fresh start.
-func (n *node) young(now time.Time) bool {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	return now.Before(n.youngUntil)
-}
-
 // quarantinedUntil returns a non-zero time while the node may not vote.
 func (n *node) quarantinedUntil(now time.Time) time.Time {
 	n.mu.Lock()
-	restart, young := n.quarantined, n.youngUntil
+	restart := n.quarantined
 	n.mu.Unlock()
 	if now.Before(restart) {
 		return restart
 	}
-	if now.Before(young) && !n.c.freshStart(n) { // outside mu: it reads every node
+	if young := n.youngUntil(now); !young.IsZero() && !n.c.freshStart(n) {
 		return young
 	}
 	return time.Time{}

@@ -41,7 +41,6 @@ func (r *renewer) add(l *Lock, every time.Duration, first time.Time) {
 	r.poke()
 }
 
-// remove unschedules l for good and waits for a batch that holds it.
 // stopIfIdle is remove without the wait: it stops l's renewals only if none is in
 // flight, and reports whether it did.
 func (r *renewer) stopIfIdle(l *Lock) bool {
@@ -57,6 +56,7 @@ func (r *renewer) stopIfIdle(l *Lock) bool {
 	return true
 }
 
+// remove unschedules l for good and waits for a batch that holds it.
 func (r *renewer) remove(l *Lock) {
 	r.mu.Lock()
 	l.stopped = true

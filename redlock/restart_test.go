@@ -76,8 +76,9 @@ func TestNewClientHoldsBackYoungNode(t *testing.T) {
 	opt := fastOptions()
 	a := newTestClient(t, servers, opt)
 	ctx := context.Background()
-	// Let the nodes age past a quarantine for the new client: only node 0 will be young.
-	time.Sleep(opt.TTL + time.Second)
+	// Let the nodes age past a quarantine and well apart from node 0's coming restart
+	// (start times are known to within a couple of seconds): only node 0 will be young.
+	time.Sleep(opt.TTL + 4*time.Second)
 	la, err := a.Acquire(ctx, "young", AcquireOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -130,37 +131,58 @@ func TestFreshNodesVoteAtOnce(t *testing.T) {
 }
 
 // freshStart compares start times, not how young each node looked when first seen: nodes
-// started within a couple of seconds of each other are one fresh start however late a
-// client first sees them (a node first seen just past its quarantine and one just before
-// it must agree); a node that started alone, later, is not; unseen nodes never count.
+// started within a couple of seconds of each other, and still young, are one fresh start
+// however late a client first sees them; a node that started alone, later, is not, nor
+// one that started with nodes no longer young; unseen nodes never count.
 func TestFreshStartByStartTimes(t *testing.T) {
 	servers := redistest.StartN(t, 3)
-	c := newTestClient(t, servers, fastOptions())
-	waitRunIDs(t, c) // first sightings done: nothing overwrites the start times set below
-	base := time.Now().Add(-time.Hour).UnixNano()
-	set := func(offsets ...time.Duration) {
-		for i, nd := range c.nodes {
-			if offsets[i] < 0 {
-				nd.startedAt.Store(0)
-			} else {
-				nd.startedAt.Store(base + int64(offsets[i]))
-			}
-		}
-	}
+	c := newTestClient(t, servers, fastOptions()) // quarantine: ttl 2s + drift
+	waitRunIDs(t, c)                              // first sightings done: nothing overwrites the start times set below
+	now := time.Now()
 	for _, tc := range []struct {
-		name    string
-		offsets []time.Duration // per node; < 0: not seen yet
-		fresh   bool            // for node 2
+		name   string
+		starts []time.Duration // per node, before now; < 0: not seen yet
+		fresh  bool            // for node 2
 	}{
-		{"together", []time.Duration{0, 0, 1500 * time.Millisecond}, true},
-		{"alone, later", []time.Duration{0, 0, 10 * time.Second}, false},
-		{"with one other", []time.Duration{0, 10 * time.Second, 10 * time.Second}, true},
+		{"together", []time.Duration{time.Second, time.Second, 0}, true},
+		{"alone, later", []time.Duration{time.Hour, time.Hour, 0}, false},
+		{"with one other", []time.Duration{time.Hour, 0, 0}, true},
+		{"with others no longer young", []time.Duration{2100 * time.Millisecond, 2100 * time.Millisecond, 0}, false},
 		{"others unseen", []time.Duration{-1, -1, 0}, false},
 		{"itself unseen", []time.Duration{0, 0, -1}, false},
 	} {
-		set(tc.offsets...)
+		for i, nd := range c.nodes {
+			if tc.starts[i] < 0 {
+				nd.startedAt.Store(0)
+			} else {
+				nd.startedAt.Store(now.Add(-tc.starts[i]).UnixNano())
+			}
+		}
 		if got := c.freshStart(c.nodes[2]); got != tc.fresh {
 			t.Errorf("%s: freshStart = %v, want %v", tc.name, got, tc.fresh)
 		}
+	}
+}
+
+// Redis reports uptime as floor(now) - floor(start): a run reported 1 s old may have
+// started a moment ago. The start is taken as late as that allows, and the hold-back
+// follows the largest ttl used so far, not the one known when the node was first seen.
+func TestYoungWindowIsConservative(t *testing.T) {
+	servers := redistest.StartN(t, 1)
+	c := newTestClient(t, servers, fastOptions())
+	n := &node{addr: "test", c: c} // not one of c's nodes: nothing else observes it
+	n.observe("run_id:abc\r\nuptime_in_seconds:1\r\n")
+	if age := time.Since(time.Unix(0, n.startedAt.Load())); age < 0 || age > 500*time.Millisecond {
+		t.Fatalf("uptime 1 s dated the start %v ago, want about now", age)
+	}
+	if until := n.youngUntil(time.Now()); time.Until(until) < time.Second {
+		t.Fatalf("young until %v from now, want about ttl 2s", time.Until(until))
+	}
+	c.noteTTL(10 * time.Second) // a lock with a longer ttl was taken since
+	if until := n.youngUntil(time.Now()); time.Until(until) < 9*time.Second {
+		t.Fatalf("after a 10s lock: young for %v more, want about 10s", time.Until(until))
+	}
+	if q := n.quarantinedUntil(time.Now()); q.IsZero() {
+		t.Fatal("a young node that started alone is not held back")
 	}
 }
