@@ -221,7 +221,7 @@ func (c *Client) tryOnce(ctx context.Context, nm names, owner string, attempt in
 	start := time.Now()
 	value := owner + strconv.Itoa(attempt)
 	n := len(c.nodes)
-	replies := make(chan nodeReply, n) // buffered: stragglers finish on their own timeout, never leak
+	rd := newRound(c)
 	script, keys := acquireScript, []string{nm.lock, nm.counter}
 	argv := []any{value, ttl.Milliseconds(), owner, boolArg(fencing), fencingCounterTTL.Milliseconds(), attempt}
 	parse := scriptReply
@@ -235,44 +235,35 @@ func (c *Client) tryOnce(ctx context.Context, nm names, owner string, attempt in
 		// young one still gets the SET: whether its vote counts is decided with the
 		// others' replies in (a fresh start is known only once most nodes were seen).
 		if nd.restarted(start) {
-			replies <- nodeReply{idx: i, err: quarantinedErr{nd.quarantinedUntil(start)}}
+			rd.add(nodeReply{idx: i, err: quarantinedErr{nd.quarantinedUntil(start)}})
 			continue
 		}
 		t0 := time.Now()
 		nd.call(ctx, func(cmd *redis.Cmd) {
 			rep := parse(cmd)
 			nd.record("acquire", time.Since(t0), rep.err)
-			replies <- acquireReply(i, nd, rep)
+			rd.add(acquireReply(i, nd, rep))
 		}, script, keys, argv...)
 	}
+	// Stop as soon as the outcome is known: a paused node must not hold us up (each
+	// reply comes by node_timeout). Replies that came meanwhile are counted too; they
+	// cannot turn a decided outcome around.
+	<-rd.decide
 
 	var (
 		granted  []int
 		token    int64
 		nbusy    int
 		errs     []NodeError
-		received int
 		answered = make([]bool, n) // a definitive "busy" means our value is not there
 		res      attemptResult
+		heldBack int // young grants that do not count: answers, but no votes
 	)
-	var young []int // grants of young nodes: votes only on a fresh start
-	fresh := func(i int) bool { return c.freshStart(c.nodes[i]) }
-	votes := func() int {
-		v := len(granted)
-		for _, i := range young {
-			if fresh(i) {
-				v++
-			}
-		}
-		return v
-	}
-	for received < n {
-		r := <-replies
-		received++
+	for _, r := range rd.snapshot() {
 		switch {
-		case r.ok && r.young:
-			young = append(young, r.idx)
-			token = max(token, r.token)
+		case r.ok && !c.votes(r):
+			c.nodes[r.idx].warnYoung(time.Now())
+			heldBack++
 		case r.ok:
 			granted = append(granted, r.idx)
 			token = max(token, r.token)
@@ -285,35 +276,12 @@ func (c *Client) tryOnce(ctx context.Context, nm names, owner string, attempt in
 		default:
 			errs = append(errs, NodeError{Node: c.nodes[r.idx].addr, Err: r.err})
 		}
-		// Stop as soon as the outcome is known: a paused node must not hold us up.
-		if votes() >= c.quorum || nbusy+len(errs) > n-c.quorum {
-			break
-		}
-	}
-	heldBack := 0 // young grants that do not count: answers, but no votes
-	for _, i := range young {
-		if fresh(i) {
-			granted = append(granted, i)
-			continue
-		}
-		c.nodes[i].warnYoung(time.Now())
-		heldBack++
 	}
 	// Replies still on the way (each bounded by node_timeout). Without pipelining they
 	// must be in before any release of this round's value goes to their nodes: a release
 	// that overtook its SET would leave that SET standing for a whole ttl. (With
 	// pipelining, each node's batcher sends in order, so a release queues behind the SET.)
-	pending := n - received
-	settled := make(chan struct{})
-	lateBusy := make([]bool, n) // written by the goroutine below, read after settled
-	c.goBackground(func() {
-		defer close(settled)
-		for i := 0; i < pending; i++ {
-			if r := <-replies; r.busy {
-				lateBusy[r.idx] = true
-			}
-		}
-	})
+	settled := rd.settled
 
 	if len(granted) >= c.quorum {
 		validity := ttl - time.Since(start) - drift(ttl, c.opt.DriftFactor)
@@ -337,8 +305,8 @@ func (c *Client) tryOnce(ctx context.Context, nm names, owner string, attempt in
 	c.goBackground(func() {
 		if c.opt.DisablePipelining {
 			<-settled
-			for i, b := range lateBusy {
-				answered[i] = answered[i] || b
+			for _, r := range rd.snapshot() {
+				answered[r.idx] = answered[r.idx] || r.busy
 			}
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), c.opt.NodeTimeout)

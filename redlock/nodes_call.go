@@ -3,7 +3,7 @@ package redlock
 import (
 	"context"
 	"fmt"
-	"sync/atomic"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -64,42 +64,55 @@ func (c *Client) releaseOnNodes(ctx context.Context, nm names, value string, ski
 	if subscribed {
 		own = 1
 	}
-	type reply struct {
-		deleted bool
-		err     error
-	}
-	replies := make(chan reply, len(c.nodes)) // buffered: deliveries never block
-	var others atomic.Bool
 	sent := 0
+	for i := range c.nodes {
+		if skip == nil || !skip[i] {
+			sent++
+		}
+	}
+	if sent == 0 {
+		return 0, false, nil
+	}
+	// Collected under a mutex and signalled once, by the last reply: one wake-up for
+	// the caller instead of one per node.
+	var (
+		mu      sync.Mutex
+		left    = sent
+		deleted int
+		others  bool
+		errs    []error
+		done    = make(chan struct{})
+	)
 	for i, nd := range c.nodes {
 		if skip != nil && skip[i] {
 			continue
 		}
-		sent++
 		t0 := time.Now()
 		nd.call(ctx, func(cmd *redis.Cmd) {
 			r, err := cmd.Int64()
 			nd.record("release", time.Since(t0), err)
-			if err != nil {
-				err = fmt.Errorf("%s: %w", nd.addr, err)
+			mu.Lock()
+			switch {
+			case err != nil:
+				errs = append(errs, fmt.Errorf("%s: %w", nd.addr, err))
+			case r >= 1:
+				deleted++
 			}
 			// r = 1 + receivers when deleted. Where our own subscription is not confirmed
 			// this undercounts, never overcounts: a yield is never made up.
 			if r-1-own > 0 {
-				others.Store(true)
+				others = true
 			}
-			replies <- reply{r >= 1, err}
+			left--
+			last := left == 0
+			mu.Unlock()
+			if last {
+				close(done)
+			}
 		}, releaseScript, []string{nm.lock}, value, nm.channel, c.id)
 	}
-	deleted := 0
-	var errs []error
-	for range sent {
-		r := <-replies
-		if r.err != nil {
-			errs = append(errs, r.err)
-		} else if r.deleted {
-			deleted++
-		}
-	}
-	return deleted, others.Load(), errs
+	<-done
+	mu.Lock()
+	defer mu.Unlock()
+	return deleted, others, errs
 }
