@@ -129,8 +129,7 @@ func (h *Handler) finish(l *redlock.Lock, e *inflight, r *http.Request, aborted 
 		// The next request of this instance waiting for the key has the lock now, with no
 		// Redis round trip: it starts on the upstream while this response is still being
 		// finished (the upstream is done with this one: next has returned).
-		h.logger.Debug("redlock released", zap.String("key", l.Key()), zap.Int64("held_ms", e.heldFor().Milliseconds()),
-			zap.Int("renewals", l.Renewals()), zap.Bool("handed_over", true), tokenField(l))
+		h.logReleased(l, e, zap.Bool("handed_over", true))
 		removeInflight(e)
 		h.locker.drop()
 		// Let the new holder run first: it was queued on this thread and would otherwise
@@ -241,13 +240,18 @@ func (h *Handler) release(l *redlock.Lock, e *inflight, r *http.Request) {
 	err := l.Release(r.Context())
 	switch {
 	case err == nil:
-		h.logger.Debug("redlock released", zap.String("key", l.Key()), zap.Int64("held_ms", e.heldFor().Milliseconds()),
-			zap.Int("renewals", l.Renewals()), tokenField(l))
+		h.logReleased(l, e, zap.Skip())
 	case errors.Is(err, redlock.ErrReleased): // already released (force release from the admin API)
 	default:
 		h.logger.Warn("redlock release did not reach a quorum; the rest expires after the ttl",
 			zap.String("key", l.Key()), zap.Int64("held_ms", e.heldFor().Milliseconds()), tokenField(l), zap.Error(err))
 	}
+}
+
+// logReleased logs a release at debug level (extra: how it went).
+func (h *Handler) logReleased(l *redlock.Lock, e *inflight, extra zap.Field) {
+	h.logger.Debug("redlock released", zap.String("key", l.Key()), zap.Int64("held_ms", e.heldFor().Milliseconds()),
+		zap.Int("renewals", l.Renewals()), extra, tokenField(l))
 }
 
 // tokenField logs the fencing token of locks that have one. A token is no secret (the

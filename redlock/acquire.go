@@ -204,7 +204,6 @@ type attemptResult struct {
 type nodeReply struct {
 	idx   int
 	ok    bool
-	young bool // ok from a node found young at its first sighting (node.observe)
 	busy  bool
 	token int64
 	pttl  time.Duration
@@ -328,13 +327,11 @@ func acquireReply(i int, nd *node, rep nodeReply) nodeReply {
 	// (OnConnect reads the run_id before sending it): the check before sending passed, so
 	// check again. The reply is then no vote, and as it is not marked answered, the
 	// round's release still goes to this node.
-	now := time.Now()
-	if nd.restarted(now) {
+	// (A node that started less than a quarantine ago is judged with the round's other
+	// replies in: Client.votes.)
+	if now := time.Now(); nd.restarted(now) {
 		return nodeReply{idx: i, err: quarantinedErr{nd.quarantinedUntil(now)}}
 	}
-	// The same goes for a node that started less than a quarantine ago; whether that
-	// holds it back (no fresh start) is decided with the round's other replies in.
-	rep.young = rep.ok && !nd.youngUntil(now).IsZero()
 	return rep
 }
 

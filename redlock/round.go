@@ -61,8 +61,8 @@ func (r *round) decisiveLocked() bool {
 // started less than a quarantine ago (and still did, as it may have lost a lock that is
 // still valid) and not together with most nodes (Client.freshStart).
 func (c *Client) votes(rep nodeReply) bool {
-	if !rep.ok || !rep.young {
-		return rep.ok
+	if !rep.ok {
+		return false
 	}
 	nd := c.nodes[rep.idx]
 	return nd.youngUntil(time.Now()).IsZero() || c.freshStart(nd)
