@@ -207,7 +207,10 @@ type keyNodeJSON struct {
 	Present  bool   `json:"present"`
 	PTTLMS   int64  `json:"pttl_ms"` // ms left on the key; -1 without expiry; 0 when absent
 	HeldHere bool   `json:"held_here"`
-	Error    string `json:"error,omitempty"`
+	// Type is set when the key is not a string: another client's lock of another kind
+	// (e.g. a Redisson hash), held by someone else.
+	Type  string `json:"type,omitempty"`
+	Error string `json:"error,omitempty"`
 }
 
 // holderJSON is this instance's request holding the key.
@@ -270,7 +273,7 @@ func (a *AdminAPI) handleKeys(w http.ResponseWriter, r *http.Request) error {
 			lk.Status = keyPartial
 		}
 		for _, kn := range st.Nodes {
-			nj := keyNodeJSON{Node: kn.Node, Present: kn.Present, HeldHere: kn.Ours, Error: kn.Error}
+			nj := keyNodeJSON{Node: kn.Node, Present: kn.Present, HeldHere: kn.Ours, Type: kn.Type, Error: kn.Error}
 			if kn.Present {
 				nj.PTTLMS = kn.PTTL.Milliseconds()
 				if kn.PTTL < 0 { // Redis says -1: no expiry (not written by a Redlock client)

@@ -34,6 +34,7 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //	    case_insensitive
 //	    prefix <string>
 //	    ttl <duration>
+//	    max_ttl <duration>
 //	    renew_interval <duration>
 //	    wait <duration>
 //	    retry_delay <min> [<max>]
@@ -102,6 +103,8 @@ func (h *Handler) parseOption(d *caddyfile.Dispenser, opt string) error {
 		return oneArg(d, opt, &h.Prefix)
 	case "ttl":
 		return durationArg(d, opt, &h.TTL)
+	case "max_ttl":
+		return durationArg(d, opt, &h.MaxTTL)
 	case "renew_interval":
 		return durationArg(d, opt, &h.RenewInterval)
 	case "wait":

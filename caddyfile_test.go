@@ -119,6 +119,7 @@ func TestCaddyfileErrors(t *testing.T) {
 		{"redlock {\n" + r + "ttl 50ms\n}", "node_timeout (100ms) must be smaller than ttl (50ms)"},
 		{"redlock {\n" + r + "ttl 102ms\n}", "ttl (102ms) leaves no validity"},
 		{"redlock {\n" + r + "renew_interval 10s\n}", "renew_interval: must be > 0 and smaller than ttl (10s), got 10s"},
+		{"redlock {\n" + r + "ttl 10s\nmax_ttl 5s\n}", "max_ttl (5s) must be at least ttl (10s)"},
 		{"redlock {\n" + r + "renew_interval x\n}", "renew_interval: "},
 		{"redlock {\n" + r + "wait -1s\n}", `wait: negative duration`},
 		{"redlock {\n" + r + "wait\n}", "wait: want exactly one argument, got 0"},

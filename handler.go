@@ -107,7 +107,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	defer stop() // on a panic in next; a no-op after the call below
 	err = next.ServeHTTP(w, r.WithContext(ctx))
 	stop()
-	aborted = ctx.Err() != nil
+	aborted = ctx.Err() != nil || upstreamMayStillWork(err)
 	if cause := context.Cause(ctx); errors.Is(cause, redlock.ErrLost) && err != nil {
 		return fmt.Errorf("%w (request aborted: %v)", err, cause)
 	}
@@ -118,11 +118,13 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 // request's reference to the locker.
 //
 // A request that was cut short while next ran (the client went away, the lock was lost,
-// max_hold, Caddy exiting) only stopped on Caddy's side: the upstream may not have
-// noticed yet and still be working on it. Its lock, if still held, is therefore kept,
-// renewed, for one more ttl (state "draining") before it is released, so that the next
-// holder does not overlap a straggler. A request that completed, failed or panicked
-// releases at once: to the next waiting request of this instance right here when that
+// max_hold, Caddy exiting) or whose next handler gave up with an error that can leave
+// the upstream working (upstreamMayStillWork: a proxy timeout, a broken upstream
+// connection) only stopped on Caddy's side: the upstream may not have noticed yet and
+// still be working on it. Its lock, if still held, is therefore kept, renewed, for one
+// more ttl (state "draining") before it is released, so that the next holder does not
+// overlap a straggler. A request that completed, failed with a client error (4xx) or
+// panicked releases at once: to the next waiting request of this instance right here when that
 // costs no round trip (Lock.HandOver), else in the background.
 func (h *Handler) finish(l *redlock.Lock, e *inflight, r *http.Request, aborted bool) {
 	if !aborted && l.HandOver() {
@@ -156,7 +158,7 @@ func (h *Handler) finish(l *redlock.Lock, e *inflight, r *http.Request, aborted 
 		return
 	}
 	e.setState(stateDraining)
-	h.logger.Debug("redlock request cut short: lock kept one more ttl before release (draining)",
+	h.logger.Debug("redlock request cut short or upstream error: lock kept one more ttl before release (draining)",
 		zap.String("key", l.Key()), zap.Int64("held_ms", e.heldFor().Milliseconds()), tokenField(l))
 	// The timer owns the lock and the request's locker reference until it fires; it
 	// always fires (within one ttl), also on reloads and shutdown.
@@ -165,6 +167,24 @@ func (h *Handler) finish(l *redlock.Lock, e *inflight, r *http.Request, aborted 
 		removeInflight(e)
 		h.locker.drop()
 	})
+}
+
+// upstreamMayStillWork reports whether an error from the next handler can leave the
+// upstream still working on the request. reverse_proxy gives up on its own (a response
+// header or read timeout, a broken upstream connection: 502, 504) without cancelling the
+// request's context, and the upstream may not notice and go on (a database transaction
+// does): handing the lock on at once would let the next request overlap it. So any
+// error drains like a request cut short, except a client error (4xx), which a handler
+// returns before the request goes anywhere.
+func upstreamMayStillWork(err error) bool {
+	if err == nil {
+		return false
+	}
+	var he caddyhttp.HandlerError
+	if errors.As(err, &he) && he.StatusCode >= 400 && he.StatusCode < 500 {
+		return false
+	}
+	return true
 }
 
 // acquireFailed answers a request whose lock could not be taken.
@@ -185,7 +205,13 @@ func (h *Handler) acquireFailed(w http.ResponseWriter, r *http.Request, next cad
 			zap.Int("attempts", busy.Attempts), zap.Int("status", h.s.busyStatus))
 		w.Header().Set("Retry-After", retryAfter(busy.RetryAfter))
 		return caddyhttp.Error(h.s.busyStatus, fmt.Errorf("redlock: key %q still busy after waiting %v: %w", key, wait.Round(time.Millisecond), err))
-	case errors.Is(err, redlock.ErrUnavailable), errors.Is(err, redlock.ErrClosed):
+	case errors.Is(err, redlock.ErrClosed):
+		// The locker was closed under this handler: a shutdown, not a Redis outage. Never
+		// a reason to serve unlocked, whatever on_unavailable says.
+		countAcquire(resultUnavailable, wait)
+		w.Header().Set("Retry-After", "1")
+		return caddyhttp.Error(http.StatusServiceUnavailable, fmt.Errorf("redlock: key %q: %w", key, err))
+	case errors.Is(err, redlock.ErrUnavailable):
 		if h.s.bypass {
 			countAcquire(resultBypassed, wait)
 			h.logger.Warn("no Redis quorum: serving the request UNLOCKED (on_unavailable bypass)",

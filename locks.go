@@ -31,6 +31,7 @@ var lockerPool = caddy.NewUsagePool()
 type lockerKey struct {
 	urls        string // expanded URLs, newline-separated
 	prefix      string
+	maxTTL      time.Duration
 	nodeTimeout time.Duration
 	drift       float64
 	retryMin    time.Duration
@@ -83,11 +84,11 @@ type lockerLease struct {
 
 // openLocker loads or creates the shared locker for urls and s, and leases it.
 func openLocker(urls []string, s *settings) (*lockerLease, error) {
-	key := lockerKey{urls: strings.Join(urls, "\n"), prefix: s.prefix, nodeTimeout: s.nodeTimeout,
+	key := lockerKey{urls: strings.Join(urls, "\n"), prefix: s.prefix, maxTTL: s.maxTTL, nodeTimeout: s.nodeTimeout,
 		drift: s.drift, retryMin: s.retryMin, retryMax: s.retryMax}
 	v, _, err := lockerPool.LoadOrNew(key, func() (caddy.Destructor, error) {
 		c, err := redlock.New(urls, redlock.Options{
-			Prefix: s.prefix, TTL: s.ttl, NodeTimeout: s.nodeTimeout, DriftFactor: s.drift,
+			Prefix: s.prefix, TTL: s.ttl, MaxTTL: s.maxTTL, NodeTimeout: s.nodeTimeout, DriftFactor: s.drift,
 			RetryDelayMin: s.retryMin, RetryDelayMax: s.retryMax,
 			// The client outlives this config: use the process logger, not the module's.
 			Logger:   caddy.Log().Named("http.handlers.redlock"),

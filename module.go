@@ -44,6 +44,12 @@ type Handler struct {
 	Prefix string `json:"prefix,omitempty"`
 	// TTL is the lock validity per acquire or renewal. Default 10s.
 	TTL caddy.Duration `json:"ttl,omitempty"`
+	// MaxTTL is the longest ttl any handler or client uses on these Redis nodes: a
+	// restarted node does not vote for that long (plus drift), so that every lock it may
+	// have lost has expired first. Set it to the same value on every instance and route
+	// using the nodes. The nodes also remember the largest max_ttl announced to them, and
+	// every instance follows that. Default: ttl; must be at least ttl.
+	MaxTTL caddy.Duration `json:"max_ttl,omitempty"`
 	// RenewInterval is how often a held lock is renewed. Default ttl/3.
 	RenewInterval caddy.Duration `json:"renew_interval,omitempty"`
 	// Wait is how long a request may wait for a busy key; 0 fails at once. Default 5s.
@@ -172,6 +178,7 @@ type settings struct {
 	urls          []string
 	prefix        string
 	ttl           time.Duration
+	maxTTL        time.Duration
 	renew         time.Duration
 	wait          time.Duration
 	retryMin      time.Duration
@@ -202,7 +209,7 @@ const (
 // touch the network, so the Caddyfile adapter runs it too.
 func (h *Handler) resolve() (*settings, error) {
 	s := &settings{
-		prefix: h.Prefix, ttl: time.Duration(h.TTL), renew: time.Duration(h.RenewInterval),
+		prefix: h.Prefix, ttl: time.Duration(h.TTL), maxTTL: time.Duration(h.MaxTTL), renew: time.Duration(h.RenewInterval),
 		wait: defaultWait, nodeTimeout: time.Duration(h.NodeTimeout), drift: h.DriftFactor,
 		maxHold: time.Duration(h.MaxHold), busyStatus: h.BusyStatus, fencing: h.Fencing,
 		fencingHeader: h.FencingHeader,
@@ -242,6 +249,12 @@ func (h *Handler) resolve() (*settings, error) {
 		return nil, fmt.Errorf("drift_factor: must be > 0 and < 0.5, got %v", s.drift)
 	case time.Duration(float64(s.ttl)*s.drift)+2*time.Millisecond+s.nodeTimeout >= s.ttl:
 		return nil, fmt.Errorf("ttl (%v) leaves no validity after node_timeout and drift_factor", s.ttl)
+	}
+	if s.maxTTL == 0 {
+		s.maxTTL = s.ttl
+	}
+	if s.maxTTL < s.ttl {
+		return nil, fmt.Errorf("max_ttl (%v) must be at least ttl (%v): set it to the longest ttl used on these nodes, on every instance", s.maxTTL, s.ttl)
 	}
 	if s.renew == 0 {
 		s.renew = s.ttl / 3

@@ -33,10 +33,13 @@ func (c *Client) Acquire(ctx context.Context, key string, o AcquireOptions) (*Lo
 	if err := validateTTL(ttl, c.opt.DriftFactor); err != nil {
 		return nil, err
 	}
+	if ttl > c.opt.MaxTTL {
+		// The restart quarantine covers locks up to MaxTTL only (voting.go).
+		return nil, fmt.Errorf("redlock: ttl %v is above the client's max_ttl %v", ttl, c.opt.MaxTTL)
+	}
 	if o.Wait < 0 {
 		return nil, fmt.Errorf("redlock: wait must be >= 0, got %v", o.Wait)
 	}
-	c.noteTTL(ttl)
 	start := time.Now()
 	waitCtx, cancel := context.WithDeadline(ctx, start.Add(o.Wait))
 	defer cancel()
@@ -181,15 +184,6 @@ func (c *Client) retryDelay() time.Duration {
 		return lo
 	}
 	return lo + mrand.N(hi-lo)
-}
-
-func (c *Client) noteTTL(ttl time.Duration) {
-	for {
-		cur := c.maxTTL.Load()
-		if int64(ttl) <= cur || c.maxTTL.CompareAndSwap(cur, int64(ttl)) {
-			return
-		}
-	}
 }
 
 type attemptResult struct {

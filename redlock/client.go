@@ -20,7 +20,6 @@ type Client struct {
 	opt    Options
 	nodes  []*node
 	quorum int
-	maxTTL atomic.Int64 // largest ttl used, for the restart quarantine
 
 	queues  *queues
 	notices *notifier
@@ -53,7 +52,6 @@ func New(urls []string, opt Options) (*Client, error) {
 	}
 	opt = opt.withDefaults()
 	c := &Client{id: rand.Text(), opt: opt, quorum: len(urls)/2 + 1, held: map[string]*Lock{}}
-	c.maxTTL.Store(int64(opt.TTL))
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	seen := map[string]bool{}
 	for _, u := range urls {
@@ -93,47 +91,6 @@ func (c *Client) Warnings() []string { return append([]string(nil), c.warnings..
 
 // Quorum is the number of nodes a lock needs: N/2+1.
 func (c *Client) Quorum() int { return c.quorum }
-
-// startedTogether is how close the start times of nodes must be for them to count as
-// one fresh start: INFO uptime is in whole seconds, so each start time is known to
-// within a second or two.
-const startedTogether = 3 * time.Second
-
-// freshStart reports whether young node n started together with a majority of the nodes
-// that are still young themselves (n included, as far as this client has seen them): a
-// new deployment, or all of them restarted at once, less than a quarantine ago. The
-// client cannot tell those apart, and holding them back would make every new deployment
-// unavailable for a ttl, so n then votes. A node that started alone, or with others that
-// are no longer young, may be a restart under other clients' locks: it does not
-// (node.observe). A client that saw nodes restart quarantines them regardless.
-func (c *Client) freshStart(n *node) bool {
-	s := n.startedAt.Load()
-	if s == 0 {
-		return false
-	}
-	now := time.Now()
-	together := 0
-	for _, o := range c.nodes {
-		if t := o.startedAt.Load(); t != 0 && time.Duration(abs(t-s)) <= startedTogether && !o.youngUntil(now).IsZero() {
-			together++
-		}
-	}
-	return together >= c.quorum
-}
-
-// quarantine is how long a node that may have lost its keys must not vote: the largest
-// ttl used plus drift.
-func (c *Client) quarantine() time.Duration {
-	maxTTL := time.Duration(c.maxTTL.Load())
-	return maxTTL + drift(maxTTL, c.opt.DriftFactor)
-}
-
-func abs(x int64) int64 {
-	if x < 0 {
-		return -x
-	}
-	return x
-}
 
 // TTL is the default lock ttl.
 func (c *Client) TTL() time.Duration { return c.opt.TTL }

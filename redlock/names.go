@@ -3,6 +3,7 @@ package redlock
 import (
 	"errors"
 	"strings"
+	"time"
 )
 
 // Keys in Redis: the lock is prefix+key (plain, for interoperability). The fencing counter
@@ -11,6 +12,9 @@ import (
 const (
 	counterSuffix = "\x00fence"
 	channelSuffix = "\x00released"
+	// boundName follows the prefix directly: no key is empty, so no lock, counter or
+	// channel name can equal it.
+	boundName = "\x00max_ttl"
 )
 
 func validateKey(key string) error {
@@ -29,3 +33,10 @@ func (c *Client) names(key string) names {
 	lk := c.opt.Prefix + key
 	return names{lock: lk, counter: lk + counterSuffix, channel: lk + channelSuffix}
 }
+
+// boundKey is where the nodes keep the longest ttl any client may use (voting.go).
+func (c *Client) boundKey() string { return c.opt.Prefix + boundName }
+
+// boundExpiry is how long a MaxTTL announcement lives on a node: far longer than the
+// health interval that renews it, and than any lock it covers.
+func boundExpiry(maxTTL time.Duration) time.Duration { return 2*maxTTL + time.Hour }

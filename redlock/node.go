@@ -25,6 +25,9 @@ type node struct {
 	// startedAt is when the node's current run started (UnixNano, the latest instant its
 	// INFO uptime allows), 0 until seen; read without mu (Client.freshStart).
 	startedAt atomic.Int64
+	// bound is the largest MaxTTL any client announced to this node (ns), as it last
+	// said; read without mu (Client.bound, voting.go).
+	bound atomic.Int64
 
 	mu          sync.Mutex
 	up          bool
@@ -34,7 +37,7 @@ type node struct {
 	lastErrAt   time.Time
 	lastCheck   time.Time
 	runID       string
-	quarantined time.Time // no vote before this (monotonic reading via time.Now)
+	restartSeen time.Time // when this client saw the run_id change (monotonic reading)
 	youngWarned bool      // warnYoung logged
 	errors      uint64
 }
@@ -139,15 +142,38 @@ func (n *node) call(ctx context.Context, deliver func(*redis.Cmd), script *redis
 	}()
 }
 
-// onConnect learns the run_id on every new connection, before it carries any command:
-// a node that restarted is therefore quarantined before its first vote after the restart.
+// onConnect learns the run_id on every new connection, and announces this client's
+// MaxTTL, before the connection carries any command: a node that restarted is therefore
+// quarantined before its first vote after the restart, and no lock of this client lands
+// on a node that does not know the bound that covers it (voting.go).
 func (n *node) onConnect(ctx context.Context, cn *redis.Conn) error {
-	info, err := cn.Info(ctx, "server").Result()
+	var info *redis.StringCmd
+	var ann *redis.Cmd
+	_, err := cn.Pipelined(ctx, func(p redis.Pipeliner) error {
+		info = p.Info(ctx, "server")
+		ann = n.announce(ctx, p)
+		return nil
+	})
 	if err != nil {
-		return fmt.Errorf("redlock: INFO server on connect: %w", err)
+		return fmt.Errorf("redlock: INFO server and max_ttl announce on connect: %w", err)
 	}
-	n.observe(info)
+	n.observe(info.Val())
+	n.noteBound(ann)
 	return nil
+}
+
+// announce queues announceScript with this client's MaxTTL. EVAL, not EVALSHA: it runs
+// on a new connection or once a health interval, and needs no NOSCRIPT fallback.
+func (n *node) announce(ctx context.Context, p redis.Pipeliner) *redis.Cmd {
+	b := n.c.opt.MaxTTL
+	return p.Eval(ctx, announceScript, []string{n.c.boundKey()}, b.Milliseconds(), boundExpiry(b).Milliseconds())
+}
+
+// noteBound records the bound a node answered to announceScript.
+func (n *node) noteBound(cmd *redis.Cmd) {
+	if ms, err := cmd.Int64(); err == nil && ms > 0 {
+		n.bound.Store(int64(time.Duration(ms) * time.Millisecond))
+	}
 }
 
 func parseInfoField(info, field string) string {
@@ -177,8 +203,8 @@ func (n *node) observe(info string) {
 	n.runID = id
 	var until time.Time
 	if prev != "" && prev != id {
+		n.restartSeen = now
 		until = now.Add(n.c.quarantine())
-		n.quarantined = until
 	}
 	if prev != id {
 		// Redis reports floor(now) - floor(start) in whole seconds: the run is more than
@@ -192,53 +218,6 @@ func (n *node) observe(info string) {
 		n.c.opt.Logger.Warn("redis node restarted; it will not vote until its quarantine ends",
 			zap.String("node", n.addr), zap.String("previous_run_id", prev), zap.String("run_id", id), zap.Time("quarantined_until", until))
 	}
-}
-
-// youngUntil returns when a quarantine after the node's start ends, if that is still
-// ahead, else zero. It is computed with the largest ttl used so far, not the one known
-// when the node was first seen: locks taken later with a longer ttl count too.
-func (n *node) youngUntil(now time.Time) time.Time {
-	s := n.startedAt.Load()
-	if s == 0 {
-		return time.Time{}
-	}
-	if until := time.Unix(0, s).Add(n.c.quarantine()); now.Before(until) {
-		return until
-	}
-	return time.Time{}
-}
-
-// warnYoung logs, once, that a young node's vote was not counted.
-func (n *node) warnYoung(now time.Time) {
-	n.mu.Lock()
-	warned, id := n.youngWarned, n.runID
-	n.youngWarned = true
-	n.mu.Unlock()
-	if !warned {
-		n.c.opt.Logger.Warn("redis node started less than a quarantine ago, not together with most nodes: it will not vote until then",
-			zap.String("node", n.addr), zap.String("run_id", id), zap.Time("quarantined_until", n.youngUntil(now)))
-	}
-}
-
-// restarted reports whether the node is in the quarantine of a restart this client saw.
-func (n *node) restarted(now time.Time) bool {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	return now.Before(n.quarantined)
-}
-
-// quarantinedUntil returns a non-zero time while the node may not vote.
-func (n *node) quarantinedUntil(now time.Time) time.Time {
-	n.mu.Lock()
-	restart := n.quarantined
-	n.mu.Unlock()
-	if now.Before(restart) {
-		return restart
-	}
-	if young := n.youngUntil(now); !young.IsZero() && !n.c.freshStart(n) {
-		return young
-	}
-	return time.Time{}
 }
 
 // record notes the outcome of a command for health and metrics.
@@ -267,16 +246,24 @@ func (n *node) status() NodeStatus {
 	return s
 }
 
-// check is one health probe: INFO server gives liveness, latency and the run_id.
+// check is one health probe: INFO server gives liveness, latency and the run_id; the
+// announce renews this client's MaxTTL on the node and reads the bound it holds.
 func (n *node) check(ctx context.Context, timeout time.Duration) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	start := time.Now()
-	info, err := n.client.Info(ctx, "server").Result()
+	var info *redis.StringCmd
+	var ann *redis.Cmd
+	_, err := n.client.Pipelined(ctx, func(p redis.Pipeliner) error {
+		info = p.Info(ctx, "server")
+		ann = n.announce(ctx, p)
+		return nil
+	})
 	rtt := time.Since(start)
 	n.record("health", rtt, err)
 	if err == nil {
-		n.observe(info)
+		n.observe(info.Val())
+		n.noteBound(ann)
 	}
 	n.mu.Lock()
 	n.checked = true

@@ -30,6 +30,13 @@ type Options struct {
 	Prefix string
 	// TTL is the validity of a lock per acquire or renewal. Default 10s. AcquireOptions.TTL overrides it per lock.
 	TTL time.Duration
+	// MaxTTL is the longest ttl a lock of this client may have (Acquire refuses longer
+	// ones, e.g. through AcquireOptions.TTL). The client announces it to the nodes, which
+	// keep the largest any client announced, and a restarted node does not vote for that
+	// largest bound plus drift (voting.go): so a client with a short ttl still waits out
+	// the locks of a client with a long one. Default: TTL. Best set to the same value,
+	// the longest ttl in use, on every client of a node set.
+	MaxTTL time.Duration
 	// NodeTimeout bounds every command to one node (dial, write and read). Default 100ms.
 	NodeTimeout time.Duration
 	// DriftFactor is the clock drift allowance as a fraction of the ttl. Default 0.01.
@@ -72,6 +79,9 @@ func (o Options) withDefaults() Options {
 	if o.TTL == 0 {
 		o.TTL = DefaultTTL
 	}
+	if o.MaxTTL == 0 {
+		o.MaxTTL = o.TTL
+	}
 	if o.NodeTimeout == 0 {
 		o.NodeTimeout = DefaultNodeTimeout
 	}
@@ -101,6 +111,8 @@ func (o Options) Validate() error {
 	switch {
 	case o.TTL <= 0:
 		return fmt.Errorf("redlock: ttl must be > 0, got %v", o.TTL)
+	case o.MaxTTL < o.TTL:
+		return fmt.Errorf("redlock: ttl (%v) is above max_ttl (%v): raise max_ttl on every client of these nodes", o.TTL, o.MaxTTL)
 	case o.NodeTimeout <= 0:
 		return fmt.Errorf("redlock: node_timeout must be > 0, got %v", o.NodeTimeout)
 	case o.NodeTimeout >= o.TTL:

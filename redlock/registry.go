@@ -68,7 +68,8 @@ type KeyNode struct {
 	Node    string        `json:"node"`
 	Present bool          `json:"present"`
 	PTTL    time.Duration `json:"-"`
-	Ours    bool          `json:"held_here"` // holds this client's current value
+	Ours    bool          `json:"held_here"`      // holds this client's current value
+	Type    string        `json:"type,omitempty"` // set when the key is not a string: another client's lock of another kind
 	Error   string        `json:"error,omitempty"`
 }
 
@@ -101,21 +102,30 @@ func (c *Client) Inspect(ctx context.Context, key string) (KeyState, error) {
 			defer cancel()
 			t0 := time.Now()
 			pipe := nd.client.Pipeline()
+			typ := pipe.Type(cctx, nm.lock)
 			get := pipe.Get(cctx, nm.lock)
 			pttl := pipe.PTTL(cctx, nm.lock)
-			_, err := pipe.Exec(cctx)
-			if errors.Is(err, redis.Nil) {
-				err = nil
+			_, _ = pipe.Exec(cctx)
+			err := errors.Join(typ.Err(), pttl.Err())
+			if gerr := get.Err(); gerr != nil && gerr != redis.Nil && typ.Val() == "string" {
+				err = errors.Join(err, gerr)
 			}
 			nd.record("inspect", time.Since(t0), err)
 			kn := KeyNode{Node: nd.addr}
-			if err != nil {
+			switch t := typ.Val(); {
+			case err != nil:
 				kn.Error = err.Error()
-			} else if v, gerr := get.Result(); gerr == nil {
+			case t == "none":
+			case t != "string":
+				// Another client's lock of another kind (e.g. a Redisson hash): held, not
+				// by us. Its values are alike to each other, never to ours.
+				kn.Present, kn.PTTL, kn.Type = true, pttl.Val(), t
+				values[i] = "\x00" + t
+			default:
 				kn.Present = true
 				kn.PTTL = pttl.Val()
-				kn.Ours = ours != "" && v == ours
-				values[i] = v
+				kn.Ours = ours != "" && get.Val() == ours
+				values[i] = get.Val()
 			}
 			st.Nodes[i] = kn
 		}()

@@ -166,7 +166,8 @@ func TestFreshStartByStartTimes(t *testing.T) {
 
 // Redis reports uptime as floor(now) - floor(start): a run reported 1 s old may have
 // started a moment ago. The start is taken as late as that allows, and the hold-back
-// follows the largest ttl used so far, not the one known when the node was first seen.
+// follows the longest ttl any client announced to the nodes, not the one known when the
+// node was first seen.
 func TestYoungWindowIsConservative(t *testing.T) {
 	servers := redistest.StartN(t, 1)
 	c := newTestClient(t, servers, fastOptions())
@@ -178,7 +179,19 @@ func TestYoungWindowIsConservative(t *testing.T) {
 	if until := n.youngUntil(time.Now()); time.Until(until) < time.Second {
 		t.Fatalf("young until %v from now, want about ttl 2s", time.Until(until))
 	}
-	c.noteTTL(10 * time.Second) // a lock with a longer ttl was taken since
+	// Another client, with a 10s ttl, starts using the node: it announces its bound, and
+	// c's next health check reads it.
+	long := fastOptions()
+	long.TTL = 10 * time.Second
+	other := newTestClient(t, servers, long)
+	if _, err := other.Acquire(context.Background(), "long", AcquireOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "c learns the 10s bound", func() bool { return c.bound() == 10*time.Second })
+	// c's own node started long ago (as seen once, which sticks): n, started alone, is
+	// no fresh start.
+	waitRunIDs(t, c)
+	c.nodes[0].startedAt.Store(time.Now().Add(-time.Hour).UnixNano())
 	if until := n.youngUntil(time.Now()); time.Until(until) < 9*time.Second {
 		t.Fatalf("after a 10s lock: young for %v more, want about 10s", time.Until(until))
 	}

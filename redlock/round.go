@@ -2,7 +2,6 @@ package redlock
 
 import (
 	"sync"
-	"time"
 )
 
 // round collects the node replies of one acquire round as the batchers deliver them. The
@@ -55,17 +54,6 @@ func (r *round) decisiveLocked() bool {
 		}
 	}
 	return votes >= c.quorum || no > len(c.nodes)-c.quorum
-}
-
-// votes reports whether a reply is a vote: a grant, unless it came from a node that
-// started less than a quarantine ago (and still did, as it may have lost a lock that is
-// still valid) and not together with most nodes (Client.freshStart).
-func (c *Client) votes(rep nodeReply) bool {
-	if !rep.ok {
-		return false
-	}
-	nd := c.nodes[rep.idx]
-	return nd.youngUntil(time.Now()).IsZero() || c.freshStart(nd)
 }
 
 // snapshot returns the replies received so far.

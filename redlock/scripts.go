@@ -20,10 +20,17 @@ import "github.com/redis/go-redis/v9"
 // replace the value a later, granted round holds, and that earlier round's cleanup would
 // then delete it, freeing the node under the holder. Busy returns {0, PTTL}.
 //
+// A key of another type under the lock's name (another client's lock, e.g. Redisson's
+// hash) makes GET fail with WRONGTYPE: pcall turns that into "held by someone else", as
+// in every script here. A node that answers is up, whatever it holds.
+//
 // The fencing counter is max(counter+1, node time in µs): a counter lost in a restart or
 // expired for disuse restarts from the clock, above every token issued before (doc.go).
 var acquireScript = redis.NewScript(`
-local cur = redis.call('GET', KEYS[1])
+local cur = redis.pcall('GET', KEYS[1])
+if type(cur) == 'table' then
+  return {0, redis.call('PTTL', KEYS[1])}
+end
 if cur then
   if string.sub(cur, 1, #ARGV[3]) ~= ARGV[3] or (tonumber(string.sub(cur, #ARGV[3] + 1)) or math.huge) >= tonumber(ARGV[6]) then
     return {0, redis.call('PTTL', KEYS[1])}
@@ -45,7 +52,7 @@ return {1, token}
 // the key on this node, raise the counter to at least the token.
 // KEYS[1] lock, KEYS[2] counter; ARGV[1] value, ARGV[2] token, ARGV[3] counter ttl ms.
 var commitScript = redis.NewScript(`
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+if redis.pcall('GET', KEYS[1]) ~= ARGV[1] then return 0 end
 local c = tonumber(redis.call('GET', KEYS[2]) or '0') or 0
 if tonumber(ARGV[2]) > c then
   redis.call('SET', KEYS[2], ARGV[2], 'PX', ARGV[3])
@@ -64,7 +71,7 @@ var extendScript = redis.NewScript(`
 local n = #KEYS
 local res = {}
 for i, k in ipairs(KEYS) do
-  local cur = redis.call('GET', k)
+  local cur = redis.pcall('GET', k)
   if cur == ARGV[i] then
     redis.call('PEXPIRE', k, ARGV[n + i])
     res[i] = 1
@@ -95,7 +102,7 @@ return set
 // to directly). Returns 0 if the key did not hold the value, else 1 + the number of
 // subscribers the notice reached (the releasing client's own subscription included).
 var releaseScript = redis.NewScript(`
-if redis.call('GET', KEYS[1]) == ARGV[1] then
+if redis.pcall('GET', KEYS[1]) == ARGV[1] then
   redis.call('DEL', KEYS[1])
   return 1 + redis.call('PUBLISH', ARGV[2], ARGV[3])
 end
@@ -109,3 +116,20 @@ local n = redis.call('DEL', KEYS[1])
 if n == 1 then redis.call('PUBLISH', ARGV[1], 'force') end
 return n
 `)
+
+// announceScript keeps, under the prefix, the longest ttl any client of these nodes may
+// use (voting.go): KEYS[1] the bound key; ARGV[1] the announcing client's MaxTTL in ms,
+// ARGV[2] how long that announcement lives in ms. The larger value wins; the winner's
+// announcement sets the expiry, so a bound outlives its last announcer by that much and
+// then lapses (a client long gone no longer lengthens everyone's quarantine). Returns
+// the bound now stored, in ms. A plain string so it can go out as EVAL in a pipeline.
+const announceScript = `
+local cur = redis.pcall('GET', KEYS[1])
+cur = (type(cur) == 'string' and tonumber(cur)) or 0
+local mine = tonumber(ARGV[1])
+if mine >= cur then
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+  return mine
+end
+return cur
+`

@@ -1,0 +1,123 @@
+package redlock
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/caddy-redlock/caddy-redlock/internal/redistest"
+	"github.com/redis/go-redis/v9"
+)
+
+// rawSet writes a value under a lock key on one node directly, as another client would.
+func rawSet(t testing.TB, s *redistest.Server, key, value string, ttl time.Duration) {
+	t.Helper()
+	rc := redis.NewClient(&redis.Options{Addr: s.Addr()})
+	defer rc.Close()
+	if err := rc.Set(context.Background(), DefaultPrefix+key, value, ttl).Err(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// The restart quarantine must cover the longest ttl ANY client uses on the nodes, not
+// this client's own. Node 2 holds a stray value for the key; A (ttl 3s) holds nodes 0
+// and 1; node 0 restarts empty. B (ttl 500ms) saw the restart. Were B to quarantine node
+// 0 for its own ttl only, it would win nodes 0 and 2 once the stray expired, while A's
+// lock (renewals inconclusive: node 0 out, node 2 not ours) was still valid.
+func TestQuarantineCoversOtherClientsTTL(t *testing.T) {
+	servers := redistest.StartN(t, 3)
+	optA := fastOptions()
+	optA.TTL = 3 * time.Second
+	optB := fastOptions()
+	optB.TTL = 500 * time.Millisecond
+	a := newTestClient(t, servers, optA)
+	b := newTestClient(t, servers, optB)
+	waitRunIDs(t, b)
+	// Like any client that ran for a while next to A, B has read A's announcement.
+	for deadline := time.Now().Add(time.Second); b.bound() != optA.TTL && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+	}
+
+	ctx := context.Background()
+	rawSet(t, servers[2], "shared", "stray", 500*time.Millisecond)
+	la, err := a.Acquire(ctx, "shared", AcquireOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer la.Release(ctx)
+	if err := la.KeepAlive(time.Second, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := servers[0].Restart(); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "B sees node 0 restart", func() bool { return !b.Nodes()[0].QuarantinedUntil.IsZero() })
+	// Tries for 2s, well past the stray's expiry and B's own ttl.
+	lb, err := b.Acquire(ctx, "shared", AcquireOptions{Wait: 2 * time.Second})
+	if err == nil {
+		defer lb.Release(ctx)
+		if la.Validity() > 0 {
+			t.Fatalf("B acquired while A's lock is valid for %v more: two holders", la.Validity())
+		}
+	}
+	if b.bound() != optA.TTL {
+		t.Fatalf("B's bound is %v, want A's ttl %v", b.bound(), optA.TTL)
+	}
+}
+
+// The same for a brand-new client (a Caddy start or reload) that never saw the restart:
+// the young-node hold-back uses the bound the nodes remember, not the new client's ttl.
+func TestYoungNodeHoldBackCoversOtherClientsTTL(t *testing.T) {
+	servers := redistest.StartN(t, 3)
+	optA := fastOptions()
+	optA.TTL = 3 * time.Second
+	a := newTestClient(t, servers, optA)
+	// Let the nodes age past A's quarantine and apart from node 0's coming restart, so
+	// that node 0 alone will be young (not a fresh start).
+	time.Sleep(optA.TTL + startedTogether + time.Second)
+	ctx := context.Background()
+	rawSet(t, servers[2], "shared", "stray", 500*time.Millisecond)
+	la, err := a.Acquire(ctx, "shared", AcquireOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer la.Release(ctx)
+	if err := la.KeepAlive(time.Second, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := servers[0].Restart(); err != nil {
+		t.Fatal(err)
+	}
+	optB := fastOptions()
+	optB.TTL = 500 * time.Millisecond
+	b := newTestClient(t, servers, optB)
+	lb, err := b.Acquire(ctx, "shared", AcquireOptions{Wait: 2 * time.Second})
+	if err == nil {
+		defer lb.Release(ctx)
+		if la.Validity() > 0 {
+			t.Fatalf("new client B acquired while A's lock is valid for %v more: two holders", la.Validity())
+		}
+	}
+	if b.bound() != optA.TTL {
+		t.Fatalf("B's bound is %v, want A's ttl %v", b.bound(), optA.TTL)
+	}
+}
+
+// A lock longer than the client's MaxTTL is refused: the quarantine would not cover it.
+func TestAcquireAboveMaxTTLRefused(t *testing.T) {
+	servers := redistest.StartN(t, 1)
+	opt := fastOptions()
+	opt.MaxTTL = 3 * time.Second
+	c := newTestClient(t, servers, opt)
+	if _, err := c.Acquire(context.Background(), "k", AcquireOptions{TTL: 4 * time.Second}); err == nil {
+		t.Fatal("acquired with ttl 4s above max_ttl 3s")
+	}
+	l, err := c.Acquire(context.Background(), "k", AcquireOptions{TTL: 3 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = l.Release(context.Background())
+	if _, err := New(redistest.URLs(servers), Options{TTL: 5 * time.Second, MaxTTL: time.Second}); err == nil {
+		t.Fatal("New accepted a ttl above max_ttl")
+	}
+}

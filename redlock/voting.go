@@ -1,0 +1,138 @@
+package redlock
+
+import (
+	"time"
+
+	"go.uber.org/zap"
+)
+
+// The voting rule: whether a node's grant counts towards a quorum. It is the most
+// safety-critical rule of the package, so it lives here and nowhere else.
+//
+// A node that may have lost its keys (it restarted without its data) could grant a key
+// that another client still holds on it. It therefore must not vote until every lock it
+// could have held has expired: for the quarantine, which is the longest ttl ANY client
+// may use on these nodes (the bound) plus drift. Two ways a node comes under it:
+//   - restarted: this client saw its run_id change (node.observe); quarantined from the
+//     moment the client saw it;
+//   - young: a node first seen by this client (a Caddy start or reload) whose INFO uptime
+//     says it started less than a quarantine ago, unless it started together with a
+//     majority of the nodes (freshStart: a new deployment, which cannot be told apart
+//     from a majority restart, which Redlock without persistence cannot survive anyway).
+//
+// The bound is not this client's own ttl: another client (another Caddy route or
+// instance, a background job) may hold keys on the same nodes with a longer one. Every
+// client has a MaxTTL (no lock it takes may have a longer ttl) and announces it to every
+// node on every new connection, before the connection carries a lock command, and on
+// every health check (announceScript keeps the largest announced value under the prefix,
+// expiring well after its announcer stops). The bound a client uses is the largest of its
+// own MaxTTL and what the nodes say, read again on every health check; the quarantine is
+// computed from it whenever it is asked, never frozen when the restart was seen. So a
+// node granted a lock of ttl T only after it stored a bound >= T, and a restart forgets
+// that on the restarted node only: the majorities that hold the other clients' locks
+// still remember it.
+
+// startedTogether is how close the start times of nodes must be for them to count as
+// one fresh start: INFO uptime is in whole seconds, so each start time is known to
+// within a second or two.
+const startedTogether = 3 * time.Second
+
+// bound is the longest ttl any client may use on these nodes, as far as this client
+// knows: its own MaxTTL or a larger one announced by another client.
+func (c *Client) bound() time.Duration {
+	b := c.opt.MaxTTL
+	for _, n := range c.nodes {
+		b = max(b, time.Duration(n.bound.Load()))
+	}
+	return b
+}
+
+// quarantine is how long a node that may have lost its keys must not vote.
+func (c *Client) quarantine() time.Duration {
+	b := c.bound()
+	return b + drift(b, c.opt.DriftFactor)
+}
+
+// restarted reports whether the node is in the quarantine of a restart this client saw.
+func (n *node) restarted(now time.Time) bool {
+	n.mu.Lock()
+	seen := n.restartSeen
+	n.mu.Unlock()
+	return !seen.IsZero() && now.Before(seen.Add(n.c.quarantine()))
+}
+
+// youngUntil returns when a quarantine after the node's start ends, if that is still
+// ahead, else zero.
+func (n *node) youngUntil(now time.Time) time.Time {
+	s := n.startedAt.Load()
+	if s == 0 {
+		return time.Time{}
+	}
+	if until := time.Unix(0, s).Add(n.c.quarantine()); now.Before(until) {
+		return until
+	}
+	return time.Time{}
+}
+
+// quarantinedUntil returns a non-zero time while the node may not vote at all.
+func (n *node) quarantinedUntil(now time.Time) time.Time {
+	n.mu.Lock()
+	seen := n.restartSeen
+	n.mu.Unlock()
+	if !seen.IsZero() {
+		if until := seen.Add(n.c.quarantine()); now.Before(until) {
+			return until
+		}
+	}
+	if young := n.youngUntil(now); !young.IsZero() && !n.c.freshStart(n) {
+		return young
+	}
+	return time.Time{}
+}
+
+// freshStart reports whether young node n started together with a majority of the nodes
+// that are still young themselves (n included, as far as this client has seen them).
+func (c *Client) freshStart(n *node) bool {
+	s := n.startedAt.Load()
+	if s == 0 {
+		return false
+	}
+	now := time.Now()
+	together := 0
+	for _, o := range c.nodes {
+		if t := o.startedAt.Load(); t != 0 && time.Duration(abs(t-s)) <= startedTogether && !o.youngUntil(now).IsZero() {
+			together++
+		}
+	}
+	return together >= c.quorum
+}
+
+// votes reports whether an acquire reply is a vote: a grant, unless it came from a node
+// that is young and did not start together with most nodes. (Restarted nodes get no
+// acquire at all, and their late replies are turned into errors: acquireReply.)
+func (c *Client) votes(rep nodeReply) bool {
+	if !rep.ok {
+		return false
+	}
+	nd := c.nodes[rep.idx]
+	return nd.youngUntil(time.Now()).IsZero() || c.freshStart(nd)
+}
+
+func abs(x int64) int64 {
+	if x < 0 {
+		return -x
+	}
+	return x
+}
+
+// warnYoung logs, once, that a young node's vote was not counted.
+func (n *node) warnYoung(now time.Time) {
+	n.mu.Lock()
+	warned, id := n.youngWarned, n.runID
+	n.youngWarned = true
+	n.mu.Unlock()
+	if !warned {
+		n.c.opt.Logger.Warn("redis node started less than a quarantine ago, not together with most nodes: it will not vote until then",
+			zap.String("node", n.addr), zap.String("run_id", id), zap.Time("quarantined_until", n.youngUntil(now)))
+	}
+}
