@@ -91,15 +91,22 @@ func (c *Client) contend(ctx, waitCtx context.Context, q *keyQueue, key string, 
 		// replies carry no PTTL: were the wait to run out during that very try, the
 		// BusyError's RetryAfter is 0 (Retry-After: 1); with wait 0 the script runs.
 		plain := attempt == 1 && !fencing && waitCtx.Err() == nil
+		forces := c.queues.forceNow(key)
 		res := c.tryOnce(ctx, nm, owner, attempt, ttl, fencing, plain)
 		if res.validity > 0 {
 			l := &Lock{c: c, nm: nm, key: key, value: value, ttl: ttl, token: res.token, fencing: fencing,
 				acquiredAt: start, attempts: attempt, q: q, settled: res.settled}
 			if fencing {
-				l.tokenMax = res.token + c.handoffReserve()
+				l.tokenMax = res.token + res.reserve
 			}
 			l.start(res.roundStart)
 			c.register(l)
+			// A force release of this key that began since this round did may have found
+			// no holder registered (ForceRelease marks the holder lost) and deleted our
+			// SETs: the lock cannot be trusted.
+			if c.queues.forcedSince(key, forces) {
+				l.markLost(LostForceReleased)
+			}
 			return l, nil
 		}
 		if res.unavailable != nil {
@@ -190,6 +197,7 @@ type attemptResult struct {
 	validity    time.Duration // > 0: acquired
 	roundStart  time.Time     // when the winning round began: validity counts from here
 	token       int64
+	reserve     int64           // tokens above token committed for local handoffs (reserveFor)
 	settled     <-chan struct{} // closed when every node of the round has replied
 	unavailable *UnavailableError
 	minPTTL     time.Duration // smallest remaining ttl of the holder's key among busy replies
@@ -200,6 +208,7 @@ type nodeReply struct {
 	ok    bool
 	busy  bool
 	token int64
+	clock int64 // the node's clock (µs) when it granted with fencing
 	pttl  time.Duration
 	err   error
 }
@@ -246,6 +255,7 @@ func (c *Client) tryOnce(ctx context.Context, nm names, owner string, attempt in
 	var (
 		granted  []int
 		token    int64
+		clock    int64 // latest clock among the granting nodes
 		nbusy    int
 		errs     []NodeError
 		answered = make([]bool, n) // a definitive "busy" means our value is not there
@@ -260,6 +270,7 @@ func (c *Client) tryOnce(ctx context.Context, nm names, owner string, attempt in
 		case r.ok:
 			granted = append(granted, r.idx)
 			token = max(token, r.token)
+			clock = max(clock, r.clock)
 		case r.busy:
 			nbusy++
 			answered[r.idx] = true
@@ -280,7 +291,8 @@ func (c *Client) tryOnce(ctx context.Context, nm names, owner string, attempt in
 		validity := ttl - time.Since(start) - drift(ttl, c.opt.DriftFactor)
 		if validity > 0 && fencing {
 			// Commit token + the handoff reserve: handed locks use the tokens in between.
-			if err := c.commitToken(ctx, nm, value, token+c.handoffReserve()); err != nil {
+			res.reserve = c.reserveFor(token, clock)
+			if err := c.commitToken(ctx, nm, value, token+res.reserve); err != nil {
 				errs = append(errs, NodeError{Node: "commit", Err: err})
 				validity = 0
 			} else {
@@ -329,17 +341,20 @@ func acquireReply(i int, nd *node, rep nodeReply) nodeReply {
 	return rep
 }
 
-// scriptReply reads the acquire script's answer: {1, token} or {0, PTTL}.
+// scriptReply reads the acquire script's answer: {1, token, clock µs} or {0, PTTL}.
 func scriptReply(cmd *redis.Cmd) nodeReply {
 	r, err := cmd.Int64Slice()
 	var rep nodeReply
 	switch {
 	case err != nil:
 		rep.err = err
-	case len(r) != 2:
+	case len(r) != 2 && len(r) != 3:
 		rep.err = fmt.Errorf("unexpected acquire reply %v", r)
 	case r[0] == 1:
 		rep.ok, rep.token = true, r[1]
+		if len(r) == 3 {
+			rep.clock = r[2]
+		}
 	default:
 		rep.busy, rep.pttl = true, time.Duration(r[1])*time.Millisecond
 	}

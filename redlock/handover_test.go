@@ -102,7 +102,7 @@ func TestHandOverDeclinesWhileRenewalInFlight(t *testing.T) {
 	eventually(t, "a renewal in flight", func() bool {
 		c.renewer.mu.Lock()
 		defer c.renewer.mu.Unlock()
-		return l.renewInFlight
+		return l.renewInFlight > 0
 	})
 	if l.HandOver() {
 		t.Fatal("HandOver went ahead with a renewal in flight")

@@ -252,7 +252,7 @@ func TestHandoffChainKeepsRenewing(t *testing.T) {
 	servers := redistest.StartN(t, 3)
 	opt := fastOptions()
 	opt.TTL = 900 * time.Millisecond
-	opt.HandoffLimit = 1000
+	opt.HandoffLimit = MaxHandoffLimit
 	c := newTestClient(t, servers, opt)
 	const holders = 12
 	const hold, every = 150 * time.Millisecond, 300 * time.Millisecond // 12 x 150ms = 2 ttl

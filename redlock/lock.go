@@ -44,8 +44,8 @@ type Lock struct {
 	renewAt       time.Time
 	heapIdx       int            // index in the renewer's heap, -1 when not scheduled
 	stopped       bool           // Release was called: never schedule again
-	renewing      sync.WaitGroup // a batch holding this lock is in flight
-	renewInFlight bool           // the same, readable without waiting
+	renewing      sync.WaitGroup // renewals of this lock in flight (a batch, or a manual Extend)
+	renewInFlight int            // how many, readable without waiting
 }
 
 // start arms the validity timer of a freshly acquired lock (all other fields set).
@@ -202,6 +202,12 @@ func (l *Lock) Extend(ctx context.Context) (time.Duration, error) {
 	if err := l.Err(); err != nil {
 		return 0, err
 	}
+	// Counted as a renewal in flight, so that Release waits for it: its re-takes must not
+	// land after the release's deletes.
+	if !l.c.renewer.begin(l) {
+		return 0, ErrReleased
+	}
+	defer l.c.renewer.end(l)
 	ctx, cancel := context.WithDeadline(ctx, l.Until())
 	defer cancel()
 	if err := l.c.extendBatch(ctx, []*Lock{l})[0]; err != nil {

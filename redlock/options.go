@@ -48,8 +48,9 @@ type Options struct {
 	HealthInterval time.Duration
 	// HandoffLimit is how many times in a row a released lock may be handed straight to
 	// the next waiter of this client for the same key (no Redis round trip) before it is
-	// released in Redis so other clients get their turn. Default DefaultHandoffLimit;
-	// negative disables handoffs.
+	// released in Redis so other clients get their turn. Default DefaultHandoffLimit,
+	// at most MaxHandoffLimit (with fencing, every acquire reserves that many tokens, in
+	// µs of the nodes' clocks); negative disables handoffs.
 	HandoffLimit int
 	// DisablePipelining sends every acquire and release script on a connection of its
 	// own. By default the scripts of concurrent callers go to each node in pipelines
@@ -121,6 +122,8 @@ func (o Options) Validate() error {
 		return fmt.Errorf("redlock: drift_factor must be in [0, 0.5), got %v", o.DriftFactor)
 	case o.RetryDelayMin < 0 || o.RetryDelayMax < o.RetryDelayMin:
 		return fmt.Errorf("redlock: retry_delay must satisfy 0 <= min <= max, got %v..%v", o.RetryDelayMin, o.RetryDelayMax)
+	case o.HandoffLimit > MaxHandoffLimit:
+		return fmt.Errorf("redlock: handoff limit must be at most %d, got %d", MaxHandoffLimit, o.HandoffLimit)
 	case o.HealthInterval < 0:
 		return fmt.Errorf("redlock: health_interval must be >= 0, got %v", o.HealthInterval)
 	}

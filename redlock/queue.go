@@ -16,7 +16,21 @@ type queues struct {
 	m  map[string]*keyQueue
 	// forcing counts the force releases under way per key: no handoff meanwhile.
 	forcing map[string]int
+	// forceSeq numbers force releases; forced remembers, per key, the latest one for
+	// forcedMemory, so that an acquire round can tell whether a force on its key began
+	// since the round did (forcedSince).
+	forceSeq uint64
+	forced   map[string]forceMark
 }
+
+type forceMark struct {
+	seq uint64
+	at  time.Time
+}
+
+// forcedMemory is how long a force release is remembered for forcedSince: far longer
+// than an acquire round (a node timeout, or two with fencing).
+const forcedMemory = time.Minute
 
 type keyQueue struct {
 	key     string
@@ -40,13 +54,42 @@ type waiter struct {
 	since   time.Time     // when its Acquire began
 }
 
-func newQueues() *queues { return &queues{m: map[string]*keyQueue{}, forcing: map[string]int{}} }
+func newQueues() *queues {
+	return &queues{m: map[string]*keyQueue{}, forcing: map[string]int{}, forced: map[string]forceMark{}}
+}
 
 // beginForce and endForce bracket a force release of key (see Client.ForceRelease).
 func (qs *queues) beginForce(key string) {
 	qs.mu.Lock()
+	defer qs.mu.Unlock()
 	qs.forcing[key]++
-	qs.mu.Unlock()
+	qs.forceSeq++
+	now := time.Now()
+	for k, m := range qs.forced {
+		if now.Sub(m.at) > forcedMemory {
+			delete(qs.forced, k)
+		}
+	}
+	qs.forced[key] = forceMark{seq: qs.forceSeq, at: now}
+}
+
+// forceNow returns the force sequence number now, for forcedSince. A force release of
+// key under way counts as one that begins later: its deletes may still come.
+func (qs *queues) forceNow(key string) uint64 {
+	qs.mu.Lock()
+	defer qs.mu.Unlock()
+	if qs.forcing[key] > 0 {
+		return qs.forced[key].seq - 1
+	}
+	return qs.forceSeq
+}
+
+// forcedSince reports whether a force release of key began after seq (forceNow).
+func (qs *queues) forcedSince(key string, seq uint64) bool {
+	qs.mu.Lock()
+	defer qs.mu.Unlock()
+	m, ok := qs.forced[key]
+	return ok && m.seq > seq
 }
 
 func (qs *queues) endForce(key string) {

@@ -46,7 +46,7 @@ func (r *renewer) add(l *Lock, every time.Duration, first time.Time) {
 func (r *renewer) stopIfIdle(l *Lock) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if l.renewInFlight {
+	if l.renewInFlight > 0 {
 		return false
 	}
 	l.stopped = true
@@ -54,6 +54,27 @@ func (r *renewer) stopIfIdle(l *Lock) bool {
 		heap.Remove(&r.h, l.heapIdx)
 	}
 	return true
+}
+
+// begin counts a manual Extend of l as a renewal in flight, unless l was released
+// (remove ran): then it reports false and the Extend must not run.
+func (r *renewer) begin(l *Lock) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if l.stopped {
+		return false
+	}
+	l.renewing.Add(1) // under mu, and only while not stopped: never after remove's Wait
+	l.renewInFlight++
+	return true
+}
+
+// end is begin's counterpart, once the Extend is done.
+func (r *renewer) end(l *Lock) {
+	r.mu.Lock()
+	l.renewInFlight--
+	r.mu.Unlock()
+	l.renewing.Done()
 }
 
 // remove unschedules l for good and waits for a batch that holds it.
@@ -110,7 +131,7 @@ func (r *renewer) due() ([]*Lock, time.Duration) {
 			continue // lost (e.g. force released) but not yet released: never renew it again
 		}
 		l.renewing.Add(1) // under mu, and only while not stopped: never after remove's Wait
-		l.renewInFlight = true
+		l.renewInFlight++
 		batch = append(batch, l)
 	}
 	if len(batch) > 0 || len(r.h) == 0 {
@@ -141,7 +162,7 @@ func (r *renewer) renew(batch []*Lock) {
 			l.renewAt = now.Add(next)
 			heap.Push(&r.h, l)
 		}
-		l.renewInFlight = false
+		l.renewInFlight--
 		l.renewing.Done()
 	}
 	r.mu.Unlock()

@@ -26,6 +26,9 @@ import "github.com/redis/go-redis/v9"
 //
 // The fencing counter is max(counter+1, node time in µs): a counter lost in a restart or
 // expired for disuse restarts from the clock, above every token issued before (doc.go).
+// The grant returns the node's clock too: the client reserves tokens for handoffs only
+// when the token is not ahead of the clocks (Client.reserveFor), so counters never run
+// ahead of the clocks by more than the reserve.
 var acquireScript = redis.NewScript(`
 local cur = redis.pcall('GET', KEYS[1])
 if type(cur) == 'table' then
@@ -37,15 +40,15 @@ if cur then
   end
 end
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-local token = 0
+local token, now = 0, 0
 if ARGV[4] == '1' then
   local t = redis.call('TIME')
-  local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
   token = (tonumber(redis.call('GET', KEYS[2]) or '0') or 0) + 1
   if now > token then token = now end
   redis.call('SET', KEYS[2], string.format('%.0f', token), 'PX', ARGV[5])
 end
-return {1, token}
+return {1, token, now}
 `)
 
 // commitScript makes a fencing token durable before it is used: only while we still hold

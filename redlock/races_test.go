@@ -1,0 +1,75 @@
+package redlock
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/caddy-redlock/caddy-redlock/internal/redistest"
+	"github.com/redis/go-redis/v9"
+)
+
+// A force release racing an acquire of the same key on the same client: whichever way
+// the race goes, a lock Acquire returns is either held on a quorum or already marked
+// lost, never valid with its keys deleted under it (it would run unlocked until its next
+// renewal).
+func TestForceReleaseRacingAcquire(t *testing.T) {
+	servers := redistest.StartN(t, 3)
+	c := newTestClient(t, servers, fastOptions())
+	ctx := context.Background()
+	for i := range 60 {
+		var (
+			wg sync.WaitGroup
+			l  *Lock
+		)
+		wg.Go(func() { l, _ = c.Acquire(ctx, "forced", AcquireOptions{}) })
+		wg.Go(func() {
+			time.Sleep(time.Duration(i%6) * 50 * time.Microsecond)
+			_, _ = c.ForceRelease(ctx, "forced")
+		})
+		wg.Wait()
+		if l == nil {
+			continue
+		}
+		if l.Err() == nil {
+			st, err := c.Inspect(ctx, "forced")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !st.HeldHere && l.Err() == nil {
+				t.Fatalf("round %d: Acquire returned a valid lock whose keys a force release deleted (present on %d nodes)", i, st.Present)
+			}
+		}
+		_ = l.Release(ctx)
+	}
+}
+
+// A manual Extend racing Release: the Extend's re-take of a node missing the key must not
+// land after the release's delete (a stray key would block the key for a ttl).
+func TestExtendRacingRelease(t *testing.T) {
+	servers := redistest.StartN(t, 3)
+	c := newTestClient(t, servers, fastOptions())
+	ctx := context.Background()
+	rc := redis.NewClient(&redis.Options{Addr: servers[2].Addr()})
+	defer rc.Close()
+	for i := range 60 {
+		l, err := c.Acquire(ctx, "extend", AcquireOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := rc.Del(ctx, DefaultPrefix+"extend").Err(); err != nil { // node 2 lost it: Extend re-takes it
+			t.Fatal(err)
+		}
+		var wg sync.WaitGroup
+		wg.Go(func() { _, _ = l.Extend(ctx) })
+		wg.Go(func() {
+			time.Sleep(time.Duration(i%6) * 50 * time.Microsecond)
+			_ = l.Release(ctx)
+		})
+		wg.Wait()
+		if n, err := rc.Exists(ctx, DefaultPrefix+"extend").Result(); err != nil || n != 0 {
+			t.Fatalf("round %d: node 2 holds the key after Extend and Release both returned (exists=%d, %v)", i, n, err)
+		}
+	}
+}
