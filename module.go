@@ -84,6 +84,8 @@ type Handler struct {
 	// releasing counts the releases of completed requests still running in the
 	// background (see finish); Cleanup waits for them when the process exits.
 	releasing *atomic.Int64
+	ns        namespace       // where the keys live (namespace.go)
+	cfgDone   <-chan struct{} // identifies the config this handler belongs to
 }
 
 // PathKey is one `path <template> [<key>]` line.
@@ -126,6 +128,8 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		return err
 	}
 	h.s, h.keys, h.locker, h.active, h.releasing = s, k, lease, new(atomic.Int64), new(atomic.Int64)
+	h.ns, h.cfgDone = newNamespace(urls, s, h), ctx.Done()
+	h.goLive()
 	for _, w := range lease.shared.client.Warnings() {
 		h.logger.Warn("redlock configuration", zap.String("warning", w), zap.String("locker", lease.shared.name))
 	}
@@ -147,6 +151,9 @@ func (h *Handler) Validate() error { return nil }
 // ttl, since their upstream may still be working on them; and it waits for the releases
 // of completed requests still on their way.
 func (h *Handler) Cleanup() error {
+	if h.s != nil {
+		h.leave()
+	}
 	if caddy.Exiting() && h.s != nil {
 		h.abortInflight(h.s.nodeTimeout + time.Second)
 		// Releases of completed requests still on the way: let them reach Redis before

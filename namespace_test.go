@@ -1,0 +1,49 @@
+package caddyredlock
+
+import (
+	"fmt"
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/caddy-redlock/caddy-redlock/internal/redistest"
+)
+
+// A reload that changes where keys live (here the prefix) while a request of the old
+// config holds its lock is warned about: new requests for the same resource lock another
+// Redis key and do not wait for it. A reload that keeps the namespace (another ttl) is
+// not.
+func TestReloadChangingNamespaceWarns(t *testing.T) {
+	servers := redistest.StartN(t, 3)
+	up := newUpstream(t, 1500*time.Millisecond, nil)
+	body := func(prefix, ttl string) string {
+		return fmt.Sprintf(`
+	redlock {
+		%s
+		prefix %s
+		ttl %s
+	}
+%s`, redisLine(servers), prefix, ttl, proxyTo(up))
+	}
+	s := startCaddy(t, "", body("ns1:", "2s"))
+	const warning = "config reload changed where keys live"
+	c := &http.Client{Timeout: 10 * time.Second}
+	holdDuring := func(reload func()) {
+		var wg sync.WaitGroup
+		wg.Go(func() { get(t, c, "GET", s.url+"/doc", nil) })
+		if !eventually(3*time.Second, func() bool { hits, _, _ := up.snapshot(); return hits > 0 }) {
+			t.Fatal("request did not reach the upstream")
+		}
+		reload()
+		wg.Wait()
+	}
+	holdDuring(func() { s.reload(t, body("ns1:", "3s")) })
+	if s.logContains(warning) {
+		t.Fatal("warned about a reload that kept the namespace")
+	}
+	holdDuring(func() { s.reload(t, body("ns2:", "3s")) })
+	if !eventually(2*time.Second, func() bool { return s.logContains(warning, `"changed":["prefix"]`, `"held_locks":1`) }) {
+		t.Fatal("no warning for a reload that changed the prefix while a lock was held")
+	}
+}
