@@ -74,7 +74,7 @@ func TestDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := settings{
-		urls: []string{"127.0.0.1:6379"}, prefix: "redlock:", ttl: 10 * time.Second, renew: 10 * time.Second / 3,
+		urls: []string{"127.0.0.1:6379"}, prefix: "redlock:", ttl: 10 * time.Second, maxTTL: 10 * time.Second, renew: 10 * time.Second / 3,
 		wait: 5 * time.Second, retryMin: 25 * time.Millisecond, retryMax: 250 * time.Millisecond,
 		nodeTimeout: 100 * time.Millisecond, drift: 0.01, busyStatus: 423, fencingHeader: "Redlock-Fencing-Token",
 	}

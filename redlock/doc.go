@@ -39,24 +39,55 @@
 //
 // Local handoffs (handoff.go) hand the lock to the next waiter of the same Client with
 // token+1, without a round trip. That stays inside the claim because the commit raises
-// counter to a+K, not a, where K = HandoffLimit bounds the handoffs in a row: the handed
-// tokens a+1 .. a+K are above every earlier token, strictly increase, and stay below any
-// later grant, which by the argument above is at least a+K+1.
+// counter to a+K, not a, where K (the reserve, at most HandoffLimit) bounds the handoffs
+// in a row: the handed tokens a+1 .. a+K are above every earlier token, strictly
+// increase, and stay below any later grant, which by the argument above is at least a+K+1.
 //
 // Restarts: if x restarted without its data between A's commit and B's grant, counter_x
-// is gone. Two guards: (1) a node whose run_id changed does not vote for ttl+drift after
-// the client sees it back (the delayed-restart rule; a new connection checks the run_id
-// before it carries a command), so A's lock has lapsed before x can grant again; a client
-// that never saw x before reads x's uptime instead and holds x back until ttl+drift after
-// x's start, unless x started together with a majority of the nodes (a fresh start: it
-// cannot tell that from a majority restart, which Redlock without persistence cannot
-// survive anyway), and (2) a
+// is gone. Two guards: (1) x does not vote until every lock it may have held has lapsed
+// (the voting rule, voting.go: a quarantine of the longest ttl any client announced to
+// the nodes, plus drift, after the client saw the restart or after x's start), and (2) a
 // missing counter starts from the node's clock in microseconds, which is larger than every
-// token issued before the restart as long as node clocks differ by less than the
-// quarantine. Counters also expire after an hour unused for the same reason: re-created,
-// they start from the clock. Use AOF with appendfsync always where you can; the clock
-// rule is the fallback, and the assumption (bounded clock skew between nodes) is stated
-// in the README.
+// token issued before the restart as long as (a) node clocks differ by less than the
+// quarantine and (b) tokens never run ahead of the clocks. Counters also expire after an
+// hour unused for the same reason: re-created, they start from the clock. Use AOF with
+// appendfsync always where you can; the clock rule is the fallback, and the assumption
+// (bounded clock skew between nodes) is stated in the README.
+//
+// Why tokens stay within K+1 µs of the fastest node clock (b): a grant sets counter_x to
+// max(counter_x+1, now_x) and returns now_x too. The client reserves K (commits a+K) only
+// when a <= the latest clock among the granting nodes, so that commit leaves counters at
+// most K above a clock; otherwise it commits a alone (and hands nothing on). Inductively,
+// every counter is at most K above the fastest clock when it was written, plus one per
+// grant made while it was ahead; and a counter ahead of the clocks only moves by those
+// single steps, which the clocks overtake (each grant of a key follows the previous
+// holder's release, at least a round trip later). Without the clock check, a hot key
+// granted faster than one grant per K µs would push its counters ahead by a reserve per
+// grant, without bound, and a restarted node's clock would then start below the tokens
+// already issued. K is capped (MaxHandoffLimit = 64) so the lead stays far below any
+// quarantine.
+//
+// # Restart quarantine across clients
+//
+// Claim: a node x that lost its keys in a restart does not vote until every lock any
+// client held on x before the restart has lapsed.
+//
+// Every client has a MaxTTL (it refuses locks with a longer ttl) and announces it on
+// every new connection, before that connection carries any lock command, and on every
+// health check; each node keeps the largest announced (announceScript). So when x
+// granted a lock of ttl T to client A, x knew a bound >= T, and so did every node of A's
+// majority. A lock's holder trusts it for at most ttl - drift after the start of its last
+// successful round, which ran before x's restart. Client B holds x back for
+// bound + drift(bound) after it saw the restart (run_id changed), or after x's start by
+// its uptime (a client that met x after the restart), where bound is the largest of its
+// own MaxTTL and the values it read from the nodes, recomputed whenever a vote is
+// judged, never frozen. B has read A's announcement from the nodes unless A began to use
+// the nodes less than a health interval before B's last reading and B's own quarantine
+// ran out before its next one: the README tells operators to set max_ttl alike on every
+// client for that reason. A node restarted without data forgets the bound too, but the
+// other nodes of A's majority keep it; only a majority restarting at once loses it, and
+// that Redlock without persistence cannot survive in any case (see fresh starts in
+// voting.go).
 //
 // # Waiting
 //
