@@ -132,7 +132,10 @@ func (n *node) call(ctx context.Context, deliver func(*redis.Cmd), script *redis
 		return
 	}
 	go func() {
-		cctx, cancel := context.WithDeadline(ctx, deadline)
+		// Not cancelled with ctx: the batcher does not cancel sent calls either, and a
+		// caller may stop waiting early (a release returns at a quorum of deletes) while
+		// the rest must still reach their nodes. Each is bounded by its deadline.
+		cctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), deadline)
 		defer cancel()
 		if script == nil {
 			deliver(n.client.Do(cctx, args...))

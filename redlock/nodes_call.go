@@ -55,10 +55,15 @@ func (c *Client) onAll(ctx context.Context, op string, skip []bool,
 }
 
 // releaseOnNodes runs compare-and-delete (plus the release notice) on every node not
-// skipped and waits for all of them (bounded by node_timeout). It returns how many nodes
-// deleted our value, whether the notice reached another client's waiters on any node
-// (subscribed: this client listens on the key's channel itself, so one receiver is ours),
-// and the errors.
+// skipped and returns once a quorum of nodes deleted our value, or every node answered
+// (bounded by node_timeout): a silent minority node must not hold up the next holder,
+// who needs a quorum only (a hot key would otherwise hand over once per node timeout
+// while one node is paused). The remaining replies land in the background; the release
+// to the silent node stays in its batcher's order, behind our SET, and the next holder's
+// SET to it queues behind the release. It returns how many nodes deleted our value so
+// far, whether the notice reached another client's waiters on any node so far
+// (subscribed: this client listens on the key's channel itself, so one receiver is
+// ours), and the errors so far (all of them unless a quorum deleted).
 func (c *Client) releaseOnNodes(ctx context.Context, nm names, value string, skip []bool, subscribed bool) (int, bool, []error) {
 	own := int64(0)
 	if subscribed {
@@ -76,12 +81,13 @@ func (c *Client) releaseOnNodes(ctx context.Context, nm names, value string, ski
 	// Collected under a mutex and signalled once, by the last reply: one wake-up for
 	// the caller instead of one per node.
 	var (
-		mu      sync.Mutex
-		left    = sent
-		deleted int
-		others  bool
-		errs    []error
-		done    = make(chan struct{})
+		mu       sync.Mutex
+		left     = sent
+		deleted  int
+		others   bool
+		errs     []error
+		signaled bool
+		done     = make(chan struct{})
 	)
 	for i, nd := range c.nodes {
 		if skip != nil && skip[i] {
@@ -104,9 +110,10 @@ func (c *Client) releaseOnNodes(ctx context.Context, nm names, value string, ski
 				others = true
 			}
 			left--
-			last := left == 0
+			wake := !signaled && (left == 0 || deleted >= c.quorum)
+			signaled = signaled || wake
 			mu.Unlock()
-			if last {
+			if wake {
 				close(done)
 			}
 		}, releaseScript, []string{nm.lock}, value, nm.channel, c.id)
@@ -114,5 +121,5 @@ func (c *Client) releaseOnNodes(ctx context.Context, nm names, value string, ski
 	<-done
 	mu.Lock()
 	defer mu.Unlock()
-	return deleted, others, errs
+	return deleted, others, append([]error(nil), errs...)
 }

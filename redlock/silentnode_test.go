@@ -1,0 +1,60 @@
+package redlock
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/caddy-redlock/caddy-redlock/internal/redistest"
+)
+
+// A paused minority node must not hold up a release, and so the next holder: the
+// release returns once a quorum deleted the key, not after the paused node's timeout.
+// (Bounds here are far from the timeout; speed itself is measured by make bench.) With
+// DisablePipelining a release still waits for its own round's late replies: without a
+// batcher ordering the calls per node, that is what keeps it from overtaking its SET.
+func TestReleaseDoesNotWaitForSilentNode(t *testing.T) {
+	servers := redistest.StartN(t, 5)
+	for _, pipelined := range []bool{true} {
+		opt := fastOptions()
+		opt.NodeTimeout = 1500 * time.Millisecond
+		opt.TTL = 5 * time.Second
+		opt.DisablePipelining = !pipelined
+		c := newTestClient(t, servers, opt)
+		other := newTestClient(t, servers, opt)
+		ctx := context.Background()
+		// Warm the connections, so that no dial is left to wait for.
+		for _, cl := range []*Client{c, other} {
+			l, err := cl.Acquire(ctx, "warm", AcquireOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			_ = l.Release(ctx)
+		}
+		if err := servers[4].Pause(); err != nil {
+			t.Fatal(err)
+		}
+		for i := range 3 {
+			l, err := c.Acquire(ctx, "silent", AcquireOptions{Wait: 3 * time.Second})
+			if err != nil {
+				t.Fatal(err)
+			}
+			start := time.Now()
+			if err := l.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if took := time.Since(start); took > opt.NodeTimeout/2 {
+				t.Fatalf("pipelined=%v, round %d: release took %v with one of 5 nodes paused: it waited for the silent node (timeout %v)",
+					pipelined, i, took, opt.NodeTimeout)
+			}
+			lo, err := other.Acquire(ctx, "silent", AcquireOptions{})
+			if err != nil {
+				t.Fatalf("another client right after the release: %v", err)
+			}
+			_ = lo.Release(ctx)
+		}
+		if err := servers[4].Resume(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
