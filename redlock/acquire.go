@@ -197,24 +197,38 @@ type attemptResult struct {
 	validity    time.Duration // > 0: acquired
 	roundStart  time.Time     // when the winning round began: validity counts from here
 	token       int64
-	reserve     int64           // tokens above token committed for local handoffs (reserveFor)
+	reserve     int64           // tokens above token held back on a majority for local handoffs
 	settled     <-chan struct{} // closed when every node of the round has replied
 	unavailable *UnavailableError
 	minPTTL     time.Duration // smallest remaining ttl of the holder's key among busy replies
 }
 
 type nodeReply struct {
-	idx   int
-	ok    bool
-	busy  bool
-	token int64
-	clock int64 // the node's clock (µs) when it granted with fencing
-	pttl  time.Duration
-	err   error
+	idx      int
+	ok       bool
+	busy     bool
+	token    int64
+	reserved bool // with fencing: the node keeps token + the handoff reserve
+	pttl     time.Duration
+	err      error
+}
+
+// tally is what one round's replies say, once the round is decided.
+type tally struct {
+	granted  []int // nodes whose grant is a vote
+	token    int64 // the largest token among them
+	same     bool  // every vote carries that token
+	reserved bool  // every vote kept the handoff reserve
+	nbusy    int
+	heldBack int // young grants that do not count: answers, but no votes
+	errs     []NodeError
+	answered []bool // a definitive "busy": our value is not on that node
+	minPTTL  time.Duration
 }
 
 // tryOnce is one Redlock round: SET on all nodes at once, quorum and validity check,
-// fencing commit, and on failure a release on every node that may hold our value.
+// the fencing commit where needed, and on failure a release on every node that may hold
+// our value.
 //
 // plain sends SET key value NX PX ttl instead of the acquire script: the same outcome for
 // a first attempt without fencing (there is no earlier attempt to take over, and no
@@ -222,10 +236,49 @@ type nodeReply struct {
 func (c *Client) tryOnce(ctx context.Context, nm names, owner string, attempt int, ttl time.Duration, fencing, plain bool) attemptResult {
 	start := time.Now()
 	value := owner + strconv.Itoa(attempt)
-	n := len(c.nodes)
+	rd := c.sendRound(ctx, nm, owner, attempt, ttl, fencing, plain, start)
+	// Stop as soon as the outcome is known: a paused node must not hold us up (each
+	// reply comes by node_timeout). Replies that came meanwhile are counted too; they
+	// cannot turn a decided outcome around.
+	<-rd.decide
+	t := c.tallyRound(rd.snapshot())
+	res := attemptResult{minPTTL: t.minPTTL}
+	if len(t.granted) >= c.quorum {
+		validity := ttl - time.Since(start) - drift(ttl, c.opt.DriftFactor)
+		if validity > 0 && fencing {
+			reserve, err := c.fence(ctx, nm, value, t)
+			if err != nil {
+				t.errs = append(t.errs, NodeError{Node: "commit", Err: err})
+				validity = 0
+			} else {
+				res.reserve = reserve
+				validity = ttl - time.Since(start) - drift(ttl, c.opt.DriftFactor)
+			}
+		}
+		if validity > 0 {
+			res.validity, res.roundStart, res.token, res.settled = validity, start, t.token, rd.settled
+			return res
+		}
+	}
+	c.giveBack(rd, nm, value, t.answered)
+	// Unavailable: fewer than a quorum of nodes answered at all (busy counts as an
+	// answer, and so does a young node's grant: the nodes are up, the key is not ours).
+	if len(t.granted)+t.nbusy+t.heldBack < c.quorum && len(t.errs) > len(c.nodes)-c.quorum {
+		res.unavailable = &UnavailableError{Quorum: c.quorum, Nodes: t.errs}
+	}
+	return res
+}
+
+// sendRound sends one acquire to every node that may vote, at once.
+func (c *Client) sendRound(ctx context.Context, nm names, owner string, attempt int, ttl time.Duration,
+	fencing, plain bool, start time.Time) *round {
 	rd := newRound(c)
+	value := owner + strconv.Itoa(attempt)
 	script, keys := acquireScript, []string{nm.lock, nm.counter}
 	argv := []any{value, ttl.Milliseconds(), owner, boolArg(fencing), fencingCounterTTL.Milliseconds(), attempt}
+	if fencing {
+		argv = append(argv, c.proposeToken(start), c.tokenLead().Microseconds(), c.handoffReserve())
+	}
 	parse := scriptReply
 	if plain {
 		script, keys = nil, nil
@@ -247,69 +300,60 @@ func (c *Client) tryOnce(ctx context.Context, nm names, owner string, attempt in
 			rd.add(acquireReply(i, nd, rep))
 		}, script, keys, argv...)
 	}
-	// Stop as soon as the outcome is known: a paused node must not hold us up (each
-	// reply comes by node_timeout). Replies that came meanwhile are counted too; they
-	// cannot turn a decided outcome around.
-	<-rd.decide
+	return rd
+}
 
-	var (
-		granted  []int
-		token    int64
-		clock    int64 // latest clock among the granting nodes
-		nbusy    int
-		errs     []NodeError
-		answered = make([]bool, n) // a definitive "busy" means our value is not there
-		res      attemptResult
-		heldBack int // young grants that do not count: answers, but no votes
-	)
-	for _, r := range rd.snapshot() {
+// tallyRound sorts a decided round's replies into votes, refusals and failures.
+func (c *Client) tallyRound(replies []nodeReply) tally {
+	t := tally{answered: make([]bool, len(c.nodes)), same: true, reserved: true}
+	for _, r := range replies {
 		switch {
 		case r.ok && !c.votes(r):
 			c.nodes[r.idx].warnYoung(time.Now())
-			heldBack++
+			t.heldBack++
 		case r.ok:
-			granted = append(granted, r.idx)
-			token = max(token, r.token)
-			clock = max(clock, r.clock)
+			if len(t.granted) > 0 && r.token != t.token {
+				t.same = false
+			}
+			t.granted = append(t.granted, r.idx)
+			t.token = max(t.token, r.token)
+			t.reserved = t.reserved && r.reserved
 		case r.busy:
-			nbusy++
-			answered[r.idx] = true
-			if r.pttl > 0 && (res.minPTTL == 0 || r.pttl < res.minPTTL) {
-				res.minPTTL = r.pttl
+			t.nbusy++
+			t.answered[r.idx] = true
+			if r.pttl > 0 && (t.minPTTL == 0 || r.pttl < t.minPTTL) {
+				t.minPTTL = r.pttl
 			}
 		default:
-			errs = append(errs, NodeError{Node: c.nodes[r.idx].addr, Err: r.err})
+			t.errs = append(t.errs, NodeError{Node: c.nodes[r.idx].addr, Err: r.err})
 		}
 	}
-	// Replies still on the way (each bounded by node_timeout). Without pipelining they
-	// must be in before any release of this round's value goes to their nodes: a release
-	// that overtook its SET would leave that SET standing for a whole ttl. (With
-	// pipelining, each node's batcher sends in order, so a release queues behind the SET.)
-	settled := rd.settled
+	return t
+}
 
-	if len(granted) >= c.quorum {
-		validity := ttl - time.Since(start) - drift(ttl, c.opt.DriftFactor)
-		if validity > 0 && fencing {
-			// Commit token + the handoff reserve: handed locks use the tokens in between.
-			res.reserve = c.reserveFor(token, clock)
-			if err := c.commitToken(ctx, nm, value, token+res.reserve); err != nil {
-				errs = append(errs, NodeError{Node: "commit", Err: err})
-				validity = 0
-			} else {
-				validity = ttl - time.Since(start) - drift(ttl, c.opt.DriftFactor)
-			}
+// fence makes a granted round's fencing token safe to use (doc.go) and returns how many
+// tokens above it local handoffs may use. When every vote carries the same token, the
+// voting majority already keeps it (and, if each said so, the reserve above it): nothing
+// to do. Otherwise the largest token is committed on a majority, without a reserve.
+func (c *Client) fence(ctx context.Context, nm names, value string, t tally) (int64, error) {
+	if t.same {
+		if t.reserved {
+			return c.handoffReserve(), nil
 		}
-		if validity > 0 {
-			res.validity, res.roundStart, res.token, res.settled = validity, start, token, settled
-			return res
-		}
+		return 0, nil
 	}
-	// A failed round gives back its grants at once: they keep the key busy for everyone
-	// (split votes) until released. With pipelining the release queues behind each
-	// node's SET, so the grants of fast nodes need not wait for a slow node's reply.
+	return 0, c.commitToken(ctx, nm, value, t.token)
+}
+
+// giveBack releases a failed round's grants at once: they keep the key busy for everyone
+// (split votes) until released. With pipelining the release queues behind each node's
+// SET, so the grants of fast nodes need not wait for a slow node's reply. Without it,
+// the round's late replies must be in first: a release that overtook its SET would
+// leave that SET standing for a whole ttl.
+func (c *Client) giveBack(rd *round, nm names, value string, answered []bool) {
 	c.goBackground(func() {
 		if c.opt.DisablePipelining {
-			<-settled
+			<-rd.settled
 			for _, r := range rd.snapshot() {
 				answered[r.idx] = answered[r.idx] || r.busy
 			}
@@ -318,12 +362,6 @@ func (c *Client) tryOnce(ctx context.Context, nm names, owner string, attempt in
 		defer cancel()
 		c.releaseOnNodes(ctx, nm, value, answered, false)
 	})
-	// Unavailable: fewer than a quorum of nodes answered at all (busy counts as an
-	// answer, and so does a young node's grant: the nodes are up, the key is not ours).
-	if len(granted)+nbusy+heldBack < c.quorum && len(errs) > n-c.quorum {
-		res.unavailable = &UnavailableError{Quorum: c.quorum, Nodes: errs}
-	}
-	return res
 }
 
 // acquireReply completes one node's parsed answer to an acquire.
@@ -341,7 +379,7 @@ func acquireReply(i int, nd *node, rep nodeReply) nodeReply {
 	return rep
 }
 
-// scriptReply reads the acquire script's answer: {1, token, clock µs} or {0, PTTL}.
+// scriptReply reads the acquire script's answer: {1, token, reserved} or {0, PTTL}.
 func scriptReply(cmd *redis.Cmd) nodeReply {
 	r, err := cmd.Int64Slice()
 	var rep nodeReply
@@ -352,9 +390,7 @@ func scriptReply(cmd *redis.Cmd) nodeReply {
 		rep.err = fmt.Errorf("unexpected acquire reply %v", r)
 	case r[0] == 1:
 		rep.ok, rep.token = true, r[1]
-		if len(r) == 3 {
-			rep.clock = r[2]
-		}
+		rep.reserved = len(r) == 3 && r[2] == 1
 	default:
 		rep.busy, rep.pttl = true, time.Duration(r[1])*time.Millisecond
 	}

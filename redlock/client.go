@@ -38,6 +38,10 @@ type Client struct {
 	warnings []string
 
 	sameServerWarned atomic.Bool
+
+	// clockSkew shifts this client's clock for token proposals: tests only (a client
+	// whose clock is wrong).
+	clockSkew time.Duration
 }
 
 // New connects to the given nodes (redis://, rediss:// or host:port; user, password and db

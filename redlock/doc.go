@@ -26,24 +26,31 @@
 // Claim: if holder A used token a and a later holder B of the same key got token b, then
 // b > a.
 //
-// Each node keeps a counter per key. When a node grants a lock with fencing on, it sets
-// counter = max(counter+1, now_µs) and returns it; the token is the maximum over the
-// quorum G that granted. Before Acquire returns, a commit script raises counter to at
-// least the token on a quorum C, and only on nodes where the key still holds A's value.
+// Each node keeps a counter per key. When a node grants a lock with fencing on, it takes
+// t = max(counter+1, now_µs), or the client's proposal p instead when t <= p <= now_µs +
+// lead; it sets counter to t (plus the handoff reserve, below) and returns t. The token is
+// the maximum over the quorum G that granted (the votes counted). Before Acquire returns,
+// a quorum C must keep counter >= token, and only while the key held A's value there:
+//   - if every node of G returned the same t, C = G already (one round trip: fencing.go);
+//   - else a commit script raises counter to at least the token on a quorum C, only on
+//     nodes where the key still holds A's value.
 //
-// C and B's granting quorum G_B are both majorities, so they share a node x. On x, A's
-// commit ran while x held A's value; B's grant on x needed the key to be absent, so it ran
-// later, when counter_x >= a already. B's grant set counter_x to at least a+1, and
-// b = max over G_B >= counter_x > a. Pauses and expiry don't matter: the order on x is
-// fixed by x itself (one script runs at a time).
+// C and B's granting quorum G_B are both majorities, so they share a node x. On x,
+// counter_x reached a while x held A's value; B's grant on x needed the key to be absent,
+// so it ran later, when counter_x >= a already. B's grant set counter_x to at least a+1,
+// and b = max over G_B >= counter_x > a. Pauses and expiry don't matter: the order on x is
+// fixed by x itself (one script runs at a time). The proposal never lowers a token: a
+// node takes it only when it is at least what the node would give anyway.
 //
 // Local handoffs (handoff.go) hand the lock to the next waiter of the same Client with
-// token+1, without a round trip. That stays inside the claim because the commit raises
-// counter to a+K, not a, where K (the reserve, at most HandoffLimit) bounds the handoffs
-// in a row: the handed tokens a+1 .. a+K are above every earlier token, strictly
-// increase, and stay below any later grant, which by the argument above is at least a+K+1.
+// token+1, without a round trip. That stays inside the claim when every node of C keeps
+// counter >= a+K, not a, where K (the reserve, HandoffLimit <= 64) bounds the handoffs in
+// a row: the handed tokens a+1 .. a+K are above every earlier token, strictly increase,
+// and stay below any later grant, which by the argument above is at least a+K+1. A lock
+// is handed on only when every vote of its round kept the reserve (one round trip, the
+// same token everywhere); after a commit it is not handed on.
 //
-// Restarts: if x restarted without its data between A's commit and B's grant, counter_x
+// Restarts: if x restarted without its data between A's token reaching C and B's grant, counter_x
 // is gone. Two guards: (1) x does not vote until every lock it may have held has lapsed
 // (the voting rule, voting.go: a quarantine of the longest ttl any client announced to
 // the nodes, plus drift, after the client saw the restart or after x's start), and (2) a
@@ -54,18 +61,18 @@
 // appendfsync always where you can; the clock rule is the fallback, and the assumption
 // (bounded clock skew between nodes) is stated in the README.
 //
-// Why tokens stay within K+1 µs of the fastest node clock (b): a grant sets counter_x to
-// max(counter_x+1, now_x) and returns now_x too. The client reserves K (commits a+K) only
-// when a <= the latest clock among the granting nodes, so that commit leaves counters at
-// most K above a clock; otherwise it commits a alone (and hands nothing on). Inductively,
-// every counter is at most K above the fastest clock when it was written, plus one per
-// grant made while it was ahead; and a counter ahead of the clocks only moves by those
-// single steps, which the clocks overtake (each grant of a key follows the previous
-// holder's release, at least a round trip later). Without the clock check, a hot key
-// granted faster than one grant per K µs would push its counters ahead by a reserve per
-// grant, without bound, and a restarted node's clock would then start below the tokens
-// already issued. K is capped (MaxHandoffLimit = 64) so the lead stays far below any
-// quarantine.
+// Why tokens stay close to the clocks (b): a node takes a proposal only within lead µs
+// of its clock (lead <= 100ms and <= a quarter of the quarantine, fencing.go), and keeps
+// the reserve K only when its token is within lead of its clock. So every counter is at
+// most lead + K above the clock of the node that wrote it, plus one per grant made while
+// it was further ahead; a counter ahead of the clocks moves by those single steps only,
+// which the clocks overtake (each grant of a key follows the previous holder's release,
+// at least a round trip later). Commits raise counters to a token, never above it, and
+// keep no reserve. Without these bounds a hot key granted faster than one grant per K µs
+// would push its counters ahead by a reserve per grant, without end, and a client with a
+// wrong clock could push them anywhere; a restarted node's clock would then start below
+// tokens already issued. The condition the README states: node clocks differ by less
+// than the quarantine minus lead + K.
 //
 // # Restart quarantine across clients
 //

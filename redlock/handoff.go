@@ -24,8 +24,8 @@ import (
 // before it goes back through Redis.
 const DefaultHandoffLimit = 8
 
-// MaxHandoffLimit caps Options.HandoffLimit. With fencing, tokens stay within about that
-// many µs of the fastest node clock (see reserveFor and doc.go): far below any quarantine.
+// MaxHandoffLimit caps Options.HandoffLimit: with fencing, every acquire holds that many
+// tokens (µs of the nodes' clocks) back for handoffs (doc.go).
 const MaxHandoffLimit = 64
 
 // handoff hands l (just released by its holder, not lost) to the next local waiter, if
@@ -75,16 +75,6 @@ func (c *Client) handoffLikely(l *Lock) bool {
 	return c.queues.headAccepts(l.q, suits(l))
 }
 
-// reserveFor is how many tokens above its own an acquire with fencing commits, so that
-// handed locks can use them: HandoffLimit, but only when the token is not ahead of the
-// granting nodes' clocks (clock: the latest of them, in µs). A token ahead of the clocks
-// came from a counter pushed there by earlier reserves (grants faster than one per
-// reserve µs on a hot key, or a node with a slower clock); reserving again would push it
-// further, one reserve per grant, without bound, and the restart argument (doc.go)
-// needs counters close to the clocks. Without a reserve the lock is not handed on.
-func (c *Client) reserveFor(token, clock int64) int64 {
-	if token > clock {
-		return 0
-	}
-	return int64(max(c.opt.HandoffLimit, 0))
-}
+// handoffReserve is how many tokens above its own an acquire with fencing asks the nodes
+// to hold back, so that handed locks can use them.
+func (c *Client) handoffReserve() int64 { return int64(max(c.opt.HandoffLimit, 0)) }

@@ -56,7 +56,7 @@ func TestFirstTryIsPlainSet(t *testing.T) {
 	}{
 		{"wait", AcquireOptions{Wait: time.Second}, 1},
 		{"no wait", AcquireOptions{}, 2},
-		{"fencing", AcquireOptions{Wait: time.Second, Fencing: true}, 3}, // + the token commit
+		{"fencing", AcquireOptions{Wait: time.Second, Fencing: true}, 2}, // the script, no commit: one round trip
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			resetStats(t, servers)

@@ -11,7 +11,9 @@ import "github.com/redis/go-redis/v9"
 
 // acquireScript: KEYS[1] lock, KEYS[2] fencing counter.
 // ARGV[1] value, ARGV[2] ttl ms, ARGV[3] owner prefix, ARGV[4] "1" for fencing, ARGV[5]
-// counter ttl ms, ARGV[6] this attempt's number (the value is owner prefix .. attempt).
+// counter ttl ms, ARGV[6] this attempt's number (the value is owner prefix .. attempt);
+// with fencing ARGV[7] the proposed token, ARGV[8] the largest lead over the node's clock
+// it may have (µs), ARGV[9] the handoff reserve.
 // The key is taken when absent or when it holds the value of an EARLIER attempt of the
 // same Acquire call (a reply was lost or a round failed), so a retry is never blocked by
 // its own leftovers, while a late release of that earlier attempt (which compares the
@@ -24,11 +26,13 @@ import "github.com/redis/go-redis/v9"
 // hash) makes GET fail with WRONGTYPE: pcall turns that into "held by someone else", as
 // in every script here. A node that answers is up, whatever it holds.
 //
-// The fencing counter is max(counter+1, node time in µs): a counter lost in a restart or
-// expired for disuse restarts from the clock, above every token issued before (doc.go).
-// The grant returns the node's clock too: the client reserves tokens for handoffs only
-// when the token is not ahead of the clocks (Client.reserveFor), so counters never run
-// ahead of the clocks by more than the reserve.
+// Fencing (doc.go): the token is max(counter+1, node time in µs), so a counter lost in a
+// restart or expired for disuse restarts from the clock, above every token issued before;
+// the client's proposal replaces it when it is not lower and not more than the lead ahead
+// of the node's clock (a client whose clock is wrong only loses the one-round fast path).
+// The counter then keeps token + reserve, the reserve only while the token is within the
+// lead of the clock, so that counters never run further ahead. Grants return
+// {1, token, 1 if reserved}; busy {0, PTTL}.
 var acquireScript = redis.NewScript(`
 local cur = redis.pcall('GET', KEYS[1])
 if type(cur) == 'table' then
@@ -40,15 +44,23 @@ if cur then
   end
 end
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-local token, now = 0, 0
+local token, reserved = 0, 0
 if ARGV[4] == '1' then
   local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  local lead = tonumber(ARGV[8])
   token = (tonumber(redis.call('GET', KEYS[2]) or '0') or 0) + 1
   if now > token then token = now end
-  redis.call('SET', KEYS[2], string.format('%.0f', token), 'PX', ARGV[5])
+  local p = tonumber(ARGV[7])
+  if p >= token and p <= now + lead then token = p end
+  local stored = token
+  if token <= now + lead then
+    stored = token + tonumber(ARGV[9])
+    reserved = 1
+  end
+  redis.call('SET', KEYS[2], string.format('%.0f', stored), 'PX', ARGV[5])
 end
-return {1, token, now}
+return {1, token, reserved}
 `)
 
 // commitScript makes a fencing token durable before it is used: only while we still hold
