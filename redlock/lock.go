@@ -67,7 +67,7 @@ func (l *Lock) startUntil(until time.Time) {
 func (l *Lock) Key() string { return l.key }
 
 // Token is the fencing token, 0 without fencing. Tokens for one key strictly increase
-// across holders; it was committed on a majority before Acquire returned.
+// across holders; a majority of nodes kept it before Acquire returned (doc.go).
 func (l *Lock) Token() int64 { return l.token }
 
 // Fencing reports whether the lock carries a fencing token.
