@@ -25,6 +25,7 @@ type node struct {
 	// startedAt is when the node's current run started (UnixNano, the latest instant its
 	// INFO uptime allows), 0 until seen; read without mu (Client.freshStart).
 	startedAt atomic.Int64
+	probed    probeState // permission probe (probe.go)
 
 	mu          sync.Mutex
 	up          bool
@@ -53,7 +54,7 @@ type NodeStatus struct {
 	Errors           uint64        `json:"errors"`
 }
 
-// parseNodeURL accepts redis://, rediss:// (TLS) and bare host:port.
+// parseNodeURL accepts redis://, rediss:// (TLS), unix:// and bare host:port (connect.go).
 func parseNodeURL(raw string) (*redis.Options, string, error) {
 	raw = strings.TrimSpace(raw)
 	if raw == "" {
@@ -71,15 +72,11 @@ func parseNodeURL(raw string) (*redis.Options, string, error) {
 	} else {
 		host, port, err := net.SplitHostPort(raw)
 		if err != nil || host == "" || port == "" {
-			return nil, "", fmt.Errorf("redlock: node address %q: want host:port, redis://... or rediss://...", raw)
+			return nil, "", fmt.Errorf("redlock: node address %q: want host:port, redis://..., rediss://... or unix:///path", raw)
 		}
 		opt = &redis.Options{Addr: raw}
 	}
-	addr := opt.Addr
-	if opt.DB != 0 {
-		addr = fmt.Sprintf("%s/%d", addr, opt.DB)
-	}
-	return opt, addr, nil
+	return opt, nodeAddr(opt), nil
 }
 
 // redactURL hides a password in a URL for error messages.
@@ -109,7 +106,10 @@ func newNode(c *Client, raw string) (*node, error) {
 	opt.Protocol = 2
 	opt.DisableIdentity = true
 	opt.OnConnect = n.onConnect
-	n.client = redis.NewClient(opt)
+	applyTLS(opt, c.opt)
+	if n.client, err = buildClient(opt, c.opt); err != nil {
+		return nil, err
+	}
 	if !c.opt.DisablePipelining {
 		n.batch = newBatcher(n)
 	}

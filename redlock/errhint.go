@@ -1,0 +1,194 @@
+package redlock
+
+import (
+	"context"
+	"crypto/sha1" //nolint:gosec // Redis names scripts by SHA-1
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// errorHints is a go-redis hook on every node client that rewrites the two kinds of
+// error a misconfigured deployment produces, so that they say what to fix: TLS
+// failures (untrusted CA, wrong name, refused client certificate) and ACL refusals
+// (NOPERM, or a command refused inside a script, which Redis reports without naming
+// it). The node is named by the callers (node errors are "addr: err"). The original
+// error stays reachable with errors.Unwrap / errors.As.
+type errorHints struct{}
+
+func (errorHints) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (errorHints) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		if h := hintFor(cmd, cmd.Err()); h != nil {
+			cmd.SetErr(h)
+			if err != nil {
+				err = h
+			}
+		}
+		return err
+	}
+}
+
+func (errorHints) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
+		var first error
+		for _, cmd := range cmds {
+			if h := hintFor(cmd, cmd.Err()); h != nil {
+				cmd.SetErr(h)
+				if first == nil {
+					first = h
+				}
+			}
+		}
+		if err != nil {
+			// A connection that could not be set up fails Exec without touching the
+			// cmds (batcher.exec relies on Exec's error then): hint that one too.
+			if h := hintFor(nil, err); h != nil {
+				return h
+			}
+			if first != nil {
+				return first
+			}
+		}
+		return err
+	}
+}
+
+// HintedError is a Redis or connection error with what to check to fix it.
+type hintedError struct {
+	hint string
+	err  error
+}
+
+func (e *hintedError) Error() string { return e.hint + ": " + e.err.Error() }
+func (e *hintedError) Unwrap() error { return e.err }
+
+// hintFor returns err with a hint, or nil when there is nothing to add.
+func hintFor(cmd redis.Cmder, err error) error {
+	if err == nil || errors.Is(err, redis.Nil) {
+		return nil
+	}
+	var he *hintedError
+	if errors.As(err, &he) {
+		return nil // hinted already (OnConnect's error passes the hook twice)
+	}
+	if h := tlsHint(err); h != "" {
+		return &hintedError{hint: h, err: err}
+	}
+	if h := aclHint(cmd, err); h != "" {
+		return &hintedError{hint: h, err: err}
+	}
+	return nil
+}
+
+// tlsHint explains a failed TLS handshake. With TLS 1.3 a server that refuses the
+// client certificate says so in an alert read after the handshake, on the first reply.
+func tlsHint(err error) string {
+	var (
+		unknown  x509.UnknownAuthorityError
+		hostname x509.HostnameError
+		invalid  x509.CertificateInvalidError
+		verify   *tls.CertificateVerificationError
+		alert    tls.AlertError
+	)
+	msg := err.Error()
+	switch {
+	case errors.As(err, &unknown):
+		return "TLS: the node's certificate is not signed by a trusted CA (set the CA that signs it: tls ca)"
+	case errors.As(err, &hostname):
+		return "TLS: the node's certificate is not valid for the name checked (set tls server_name to a name in the certificate)"
+	case errors.As(err, &invalid):
+		return "TLS: the node's certificate is not valid (expired, or not for server use)"
+	case errors.As(err, &verify):
+		return "TLS: the node's certificate failed verification"
+	case errors.As(err, &alert), strings.Contains(msg, "remote error: tls:"):
+		if strings.Contains(msg, "certificate") {
+			return "TLS: the node refused the client certificate (tls client_cert: a certificate its tls-ca-cert-file trusts)"
+		}
+		return "TLS: the node refused the handshake"
+	case strings.Contains(msg, "tls: first record does not look like a TLS handshake"):
+		return "TLS: the node does not speak TLS on this port (use redis:// for a plain port)"
+	}
+	var opErr *net.OpError
+	if errors.As(err, &opErr) && strings.Contains(msg, "connection reset") && strings.Contains(msg, "tls") {
+		return "TLS: the node closed the connection during the handshake (a client certificate required?)"
+	}
+	return ""
+}
+
+// aclHint explains an ACL refusal. A direct NOPERM names its command already; a command
+// refused inside a script is reported as "ERR The user executing the script can't run
+// this command", so the script (known by its SHA-1 or text) tells which commands to grant.
+func aclHint(cmd redis.Cmder, err error) string {
+	msg := err.Error()
+	inScript := strings.Contains(msg, "user executing the script can't run this command")
+	if !inScript && !strings.HasPrefix(msg, "NOPERM") {
+		return ""
+	}
+	what := "the command"
+	if cmd != nil {
+		what = strings.ToUpper(cmd.Name())
+		if s := scriptOf(cmd); s != nil {
+			what = fmt.Sprintf("%s of the %s script (it runs %s)", what, s.name, strings.Join(s.commands, ", "))
+		}
+	}
+	if inScript {
+		return "redis ACL: the user may not run a command inside " + what + "; grant the commands of the ACL SETUSER line in the README"
+	}
+	if strings.Contains(msg, "keys") || strings.Contains(msg, "channel") {
+		return "redis ACL: the user may not use these keys or channels in " + what + "; grant ~<prefix>* and &<prefix>*"
+	}
+	return "redis ACL: the user may not run " + what + "; grant the commands of the ACL SETUSER line in the README"
+}
+
+// scriptInfo names a Lua script and the Redis commands it runs (for ACL hints).
+type scriptInfo struct {
+	name     string
+	commands []string
+}
+
+// scriptsBySHA maps each script's SHA-1 to what it is; EVAL sends the text, hashed here.
+var scriptsBySHA = func() map[string]scriptInfo {
+	m := map[string]scriptInfo{}
+	for _, s := range []struct {
+		s *redis.Script
+		scriptInfo
+	}{
+		{acquireScript, scriptInfo{"acquire", []string{"GET", "PTTL", "SET", "TIME"}}},
+		{commitScript, scriptInfo{"fencing commit", []string{"GET", "SET", "PEXPIRE"}}},
+		{extendScript, scriptInfo{"renewal", []string{"GET", "PEXPIRE"}}},
+		{retakeScript, scriptInfo{"re-take", []string{"SET"}}},
+		{releaseScript, scriptInfo{"release", []string{"GET", "DEL", "PUBLISH"}}},
+		{forceReleaseScript, scriptInfo{"force release", []string{"DEL", "PUBLISH"}}},
+		{probeScript, scriptInfo{"permission probe", probeCommands}},
+	} {
+		m[s.s.Hash()] = s.scriptInfo
+	}
+	return m
+}()
+
+func scriptOf(cmd redis.Cmder) *scriptInfo {
+	args := cmd.Args()
+	if len(args) < 2 {
+		return nil
+	}
+	body, _ := args[1].(string)
+	sha := body
+	if strings.EqualFold(cmd.Name(), "eval") {
+		sum := sha1.Sum([]byte(body)) //nolint:gosec // the script's name in Redis
+		sha = hex.EncodeToString(sum[:])
+	}
+	if s, ok := scriptsBySHA[strings.ToLower(sha)]; ok {
+		return &s
+	}
+	return nil
+}
