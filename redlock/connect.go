@@ -64,7 +64,7 @@ func buildClient(opt *redis.Options, cfg Options) (*redis.Client, error) {
 	} else {
 		c = redis.NewClient(opt)
 	}
-	c.AddHook(errorHints{})
+	c.AddHook(errorHints{tls: opt.TLSConfig != nil})
 	return c, nil
 }
 

@@ -8,8 +8,9 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"net"
+	"io"
 	"strings"
+	"syscall"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -20,14 +21,20 @@ import (
 // (NOPERM, or a command refused inside a script, which Redis reports without naming
 // it). The node is named by the callers (node errors are "addr: err"). The original
 // error stays reachable with errors.Unwrap / errors.As.
-type errorHints struct{}
+type errorHints struct {
+	tls bool // the node is reached over TLS
+}
 
 func (errorHints) DialHook(next redis.DialHook) redis.DialHook { return next }
 
-func (errorHints) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+func (e errorHints) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		err := next(ctx, cmd)
-		if h := hintFor(cmd, cmd.Err()); h != nil {
+		cmdErr := cmd.Err()
+		if cmdErr == nil {
+			cmdErr = err // a connection that could not be set up may leave cmd untouched
+		}
+		if h := e.hintFor(cmd, cmdErr); h != nil {
 			cmd.SetErr(h)
 			if err != nil {
 				err = h
@@ -37,12 +44,12 @@ func (errorHints) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	}
 }
 
-func (errorHints) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+func (e errorHints) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
 		err := next(ctx, cmds)
 		var first error
 		for _, cmd := range cmds {
-			if h := hintFor(cmd, cmd.Err()); h != nil {
+			if h := e.hintFor(cmd, cmd.Err()); h != nil {
 				cmd.SetErr(h)
 				if first == nil {
 					first = h
@@ -52,7 +59,7 @@ func (errorHints) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proc
 		if err != nil {
 			// A connection that could not be set up fails Exec without touching the
 			// cmds (batcher.exec relies on Exec's error then): hint that one too.
-			if h := hintFor(nil, err); h != nil {
+			if h := e.hintFor(nil, err); h != nil {
 				return h
 			}
 			if first != nil {
@@ -73,7 +80,7 @@ func (e *hintedError) Error() string { return e.hint + ": " + e.err.Error() }
 func (e *hintedError) Unwrap() error { return e.err }
 
 // hintFor returns err with a hint, or nil when there is nothing to add.
-func hintFor(cmd redis.Cmder, err error) error {
+func (e errorHints) hintFor(cmd redis.Cmder, err error) error {
 	if err == nil || errors.Is(err, redis.Nil) {
 		return nil
 	}
@@ -81,7 +88,7 @@ func hintFor(cmd redis.Cmder, err error) error {
 	if errors.As(err, &he) {
 		return nil // hinted already (OnConnect's error passes the hook twice)
 	}
-	if h := tlsHint(err); h != "" {
+	if h := tlsHint(err, e.tls); h != "" {
 		return &hintedError{hint: h, err: err}
 	}
 	if h := aclHint(cmd, err); h != "" {
@@ -90,9 +97,16 @@ func hintFor(cmd redis.Cmder, err error) error {
 	return nil
 }
 
+// TLS hints start with "TLS: " and hold no other ": " (problemKey relies on it).
+
+// hintClientCert is one text for the ways a refused client certificate shows (an alert
+// or a reset, depending on timing), so a node's problem is logged once, not per variant.
+const hintClientCert = "TLS: the node refused or closed the connection; if this persists, it requires a client certificate it trusts (tls client_cert)"
+
 // tlsHint explains a failed TLS handshake. With TLS 1.3 a server that refuses the
-// client certificate says so in an alert read after the handshake, on the first reply.
-func tlsHint(err error) string {
+// client certificate does so after the client's handshake is done: the client then
+// sees an alert on its first read, or a reset connection on its first write.
+func tlsHint(err error, overTLS bool) string {
 	var (
 		unknown  x509.UnknownAuthorityError
 		hostname x509.HostnameError
@@ -103,7 +117,7 @@ func tlsHint(err error) string {
 	msg := err.Error()
 	switch {
 	case errors.As(err, &unknown):
-		return "TLS: the node's certificate is not signed by a trusted CA (set the CA that signs it: tls ca)"
+		return "TLS: the node's certificate is not signed by a trusted CA (set tls ca to the CA that signs it)"
 	case errors.As(err, &hostname):
 		return "TLS: the node's certificate is not valid for the name checked (set tls server_name to a name in the certificate)"
 	case errors.As(err, &invalid):
@@ -112,15 +126,14 @@ func tlsHint(err error) string {
 		return "TLS: the node's certificate failed verification"
 	case errors.As(err, &alert), strings.Contains(msg, "remote error: tls:"):
 		if strings.Contains(msg, "certificate") {
-			return "TLS: the node refused the client certificate (tls client_cert: a certificate its tls-ca-cert-file trusts)"
+			return hintClientCert
 		}
 		return "TLS: the node refused the handshake"
 	case strings.Contains(msg, "tls: first record does not look like a TLS handshake"):
 		return "TLS: the node does not speak TLS on this port (use redis:// for a plain port)"
 	}
-	var opErr *net.OpError
-	if errors.As(err, &opErr) && strings.Contains(msg, "connection reset") && strings.Contains(msg, "tls") {
-		return "TLS: the node closed the connection during the handshake (a client certificate required?)"
+	if overTLS && (errors.Is(err, syscall.ECONNRESET) || errors.Is(err, io.EOF)) {
+		return hintClientCert
 	}
 	return ""
 }

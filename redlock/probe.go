@@ -49,7 +49,7 @@ return bad
 type probeState struct {
 	mu     sync.Mutex
 	passed bool
-	logged string // the last problem logged for the node, "" when healthy
+	logged string // problemKey of the last problem logged for the node, "" when healthy
 }
 
 // probeName is the probe's key and channel: under the prefix, NUL-separated from every
@@ -137,14 +137,31 @@ func (n *node) afterCheck(ctx context.Context, timeout time.Duration) {
 		p.passed = err == nil
 		p.mu.Unlock()
 	}
+	key := problemKey(problem)
 	p.mu.Lock()
 	prev := p.logged
-	p.logged = problem
+	p.logged = key
 	p.mu.Unlock()
 	switch {
-	case problem != "" && problem != prev:
+	case problem != "" && key != prev:
 		n.c.opt.Logger.Warn("redis node unusable", zap.String("node", n.addr), zap.String("error", problem))
 	case problem == "" && prev != "":
 		n.c.opt.Logger.Info("redis node usable again", zap.String("node", n.addr))
 	}
+}
+
+// problemKey is what makes two problems the same for logging: a TLS problem's hint (the
+// error under it varies with timing), else the message without its numbers (errors
+// carry ephemeral ports and timings).
+func problemKey(problem string) string {
+	if rest, ok := strings.CutPrefix(problem, "TLS: "); ok {
+		hint, _, _ := strings.Cut(rest, ": ")
+		return hint
+	}
+	return strings.Map(func(r rune) rune {
+		if r >= '0' && r <= '9' {
+			return -1
+		}
+		return r
+	}, problem)
 }
