@@ -85,7 +85,7 @@ func TestTLSClientCertificateRequired(t *testing.T) {
 // The README's line with one permission taken away: the error names what is missing.
 func TestACLMissingPermission(t *testing.T) {
 	for _, tc := range []struct {
-		drop    string
+		drop     string
 		acquire  AcquireOptions
 		want     string
 		wantNode string
