@@ -108,6 +108,9 @@ func (n *node) probeSubscribe(ctx context.Context, channel string) error {
 // probe passes, and logs a node's problems once per distinct problem (at warn; a
 // recovery at info). Called from the node's own health loop only.
 func (n *node) afterCheck(ctx context.Context, timeout time.Duration) {
+	if ctx.Err() != nil {
+		return // closing: the check failed for that reason
+	}
 	st := n.status()
 	p := &n.probed
 	p.mu.Lock()
@@ -123,7 +126,7 @@ func (n *node) afterCheck(ctx context.Context, timeout time.Duration) {
 	} else if !passed {
 		t0 := time.Now()
 		err := n.probe(ctx, timeout)
-		if err != nil && ctx.Err() != nil {
+		if ctx.Err() != nil {
 			return // closing
 		}
 		n.record("probe", time.Since(t0), err)
