@@ -44,7 +44,7 @@ func TestCaddyfileEveryOption(t *testing.T) {
 	}
 	zero := dur(0)
 	want := Handler{
-		Redis:           []string{"redis://10.0.0.1:6379", "rediss://user:pw@10.0.0.2:6380/2", "10.0.0.3:6379", "unix://u:pw@/run/redis.sock?db=1"},
+		Redis: []string{"redis://10.0.0.1:6379", "rediss://user:pw@10.0.0.2:6380/2", "10.0.0.3:6379", "unix://u:pw@/run/redis.sock?db=1"},
 		TLS: &TLS{CA: []string{"/ca1.pem", "/ca2.pem"}, ClientCert: "/client.pem", ClientKey: "/client-key.pem",
 			ServerName: "redis.internal", InsecureSkipVerify: true},
 		Paths:           []PathKey{{Path: "/accounts/{id}/*", Key: "acct:{id}"}, {Path: "/docs/{name}"}},
