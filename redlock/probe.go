@@ -47,10 +47,15 @@ return bad
 
 // probeState is a node's probe outcome, kept out of node's own fields.
 type probeState struct {
-	mu     sync.Mutex
-	passed bool
-	logged string // problemKey of the last problem logged for the node, "" when healthy
+	mu       sync.Mutex
+	passed   bool
+	logged   string    // problemKey of the node's current problem, "" when healthy
+	loggedAt time.Time // when a problem was last logged
 }
+
+// relogAfter limits how often a node whose problem keeps changing form (a paused node
+// times out in several ways) is logged again.
+const relogAfter = time.Minute
 
 // probeName is the probe's key and channel: under the prefix, NUL-separated from every
 // lock key (keys cannot contain NUL; names.go).
@@ -106,7 +111,8 @@ func (n *node) probeSubscribe(ctx context.Context, channel string) error {
 
 // afterCheck runs after each health check: it probes a node that answers until the
 // probe passes, and logs a node's problems once per distinct problem (at warn; a
-// recovery at info). Called from the node's own health loop only.
+// recovery at info; a problem that changes form is logged again after relogAfter).
+// Called from the node's own health loop only.
 func (n *node) afterCheck(ctx context.Context, timeout time.Duration) {
 	if ctx.Err() != nil {
 		return // closing: the check failed for that reason
@@ -141,12 +147,17 @@ func (n *node) afterCheck(ctx context.Context, timeout time.Duration) {
 		p.mu.Unlock()
 	}
 	key := problemKey(problem)
+	now := time.Now()
 	p.mu.Lock()
 	prev := p.logged
 	p.logged = key
+	warn := problem != "" && (prev == "" || key != prev && now.Sub(p.loggedAt) >= relogAfter)
+	if warn {
+		p.loggedAt = now
+	}
 	p.mu.Unlock()
 	switch {
-	case problem != "" && key != prev:
+	case warn:
 		n.c.opt.Logger.Warn("redis node unusable", zap.String("node", n.addr), zap.String("error", problem))
 	case problem == "" && prev != "":
 		n.c.opt.Logger.Info("redis node usable again", zap.String("node", n.addr))
