@@ -182,4 +182,3 @@ func TestACLProbeRecovers(t *testing.T) {
 		return c.Nodes()[0].Up && logs.FilterMessage("redis node usable again").Len() == 1
 	})
 }
-
