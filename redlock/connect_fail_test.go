@@ -182,3 +182,9 @@ func TestACLProbeRecovers(t *testing.T) {
 		return c.Nodes()[0].Up && logs.FilterMessage("redis node usable again").Len() == 1
 	})
 }
+
+// Refused credentials are a configuration problem too: named and logged.
+func TestWrongPassword(t *testing.T) {
+	servers := aclServers(t, 3, readmeACLLine(t, "locker", "right"))
+	misconfigured(t, userURLs(servers, "locker", "wrong"), fastOptions(), AcquireOptions{}, "WRONGPASS", "")
+}

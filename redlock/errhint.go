@@ -57,20 +57,20 @@ func (e errorHints) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pr
 			}
 		}
 		if err != nil {
+			if first != nil {
+				return first
+			}
 			// A connection that could not be set up fails Exec without touching the
 			// cmds (batcher.exec relies on Exec's error then): hint that one too.
 			if h := e.hintFor(nil, err); h != nil {
 				return h
-			}
-			if first != nil {
-				return first
 			}
 		}
 		return err
 	}
 }
 
-// HintedError is a Redis or connection error with what to check to fix it.
+// hintedError is a Redis or connection error with what to check to fix it.
 type hintedError struct {
 	hint string
 	err  error

@@ -60,7 +60,8 @@ type Options struct {
 	// prepared (address, credentials and TLS from the URL and TLSConfig, timeouts, and
 	// the OnConnect that detects node restarts): change what you need (Dialer,
 	// CredentialsProvider, hooks for tracing) and return redis.NewClient(opt). Keep
-	// OnConnect, the timeouts and MaxRetries: the lock's safety relies on them.
+	// OnConnect, the timeouts and MaxRetries: the lock's safety relies on them. The
+	// Client closes the clients it was given on Close.
 	ClientBuilder func(opt *redis.Options) (*redis.Client, error)
 	// Logger receives warnings about nodes (restarts, duplicates). Default: no logging.
 	Logger *zap.Logger

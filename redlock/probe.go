@@ -110,8 +110,9 @@ func (n *node) probeSubscribe(ctx context.Context, channel string) error {
 }
 
 // afterCheck runs after each health check: it probes a node that answers until the
-// probe passes, and logs a node's problems once per distinct problem (at warn; a
-// recovery at info; a problem that changes form is logged again after relogAfter).
+// probe passes, and logs a node's configuration problems (TLS, authentication, ACL; an
+// unreachable node is the health check's business) once per distinct problem (at warn;
+// a recovery at info; a problem that changes form is logged again after relogAfter).
 // Called from the node's own health loop only.
 func (n *node) afterCheck(ctx context.Context, timeout time.Duration) {
 	if ctx.Err() != nil {
@@ -124,22 +125,26 @@ func (n *node) afterCheck(ctx context.Context, timeout time.Duration) {
 	p.mu.Unlock()
 	problem := ""
 	if !st.Up {
-		problem = st.LastError
+		if configProblem(st.LastError) {
+			problem = st.LastError
+		}
 		passed = false // probe again once it answers: it may be another server now
 		p.mu.Lock()
 		p.passed = false
 		p.mu.Unlock()
 	} else if !passed {
-		t0 := time.Now()
 		err := n.probe(ctx, timeout)
 		if ctx.Err() != nil {
 			return // closing
 		}
-		n.record("probe", time.Since(t0), err)
 		if err != nil {
+			// Not through record: the Observer would count a node that answers INFO
+			// as failing and recovering at every check.
 			problem = err.Error()
 			n.mu.Lock()
 			n.up = false
+			n.errors++
+			n.lastErr, n.lastErrAt = problem, time.Now()
 			n.mu.Unlock()
 		}
 		p.mu.Lock()
@@ -178,4 +183,15 @@ func problemKey(problem string) string {
 		}
 		return r
 	}, problem)
+}
+
+// configProblem tells a deployment mistake, which only the operator can fix, from a node
+// that is down or slow: TLS and ACL errors (hinted, errhint.go) and refused credentials.
+func configProblem(msg string) bool {
+	for _, p := range []string{"TLS: ", "redis ACL: ", "permission probe: "} {
+		if strings.HasPrefix(msg, p) {
+			return true
+		}
+	}
+	return strings.Contains(msg, "WRONGPASS") || strings.Contains(msg, "NOAUTH") || strings.Contains(msg, "NOPERM")
 }
