@@ -69,10 +69,17 @@ func buildClient(opt *redis.Options, cfg Options) (*redis.Client, error) {
 }
 
 // tlsWarning says when a node's certificate is not checked (insecure_skip_verify or a
-// URL's skip_verify=true): anyone on the path can then impersonate the node.
+// URL's skip_verify=true): anyone on the path can then impersonate the node; or when TLS
+// settings were given but the node is reached without TLS (a redis:// URL by mistake).
 func tlsWarning(n *node) string {
 	t := n.client.Options().TLSConfig
-	if t == nil || !t.InsecureSkipVerify {
+	if t == nil {
+		if n.c.opt.TLSConfig != nil {
+			return fmt.Sprintf("node %s: TLS settings are given but the node is reached without TLS (use rediss:// for TLS)", n.addr)
+		}
+		return ""
+	}
+	if !t.InsecureSkipVerify {
 		return ""
 	}
 	return fmt.Sprintf("node %s: TLS certificate verification is off (insecure_skip_verify or skip_verify=true): anyone on the network path can impersonate the node; use it for tests only", n.addr)

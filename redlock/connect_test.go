@@ -258,3 +258,55 @@ func TestREADMEACLUser(t *testing.T) {
 		}
 	}
 }
+
+// scriptOf knows a script by its SHA-1 (EVALSHA) and by its text (EVAL), for ACL hints.
+func TestScriptOf(t *testing.T) {
+	ctx := context.Background()
+	for _, cmd := range []redis.Cmder{
+		redis.NewCmd(ctx, "evalsha", acquireScript.Hash(), 0),
+		redis.NewCmd(ctx, "eval", probeSource(t), 0),
+	} {
+		if s := scriptOf(cmd); s == nil {
+			t.Errorf("%v: script not recognised", cmd.Args()[0])
+		}
+	}
+	if s := scriptOf(redis.NewCmd(ctx, "eval", "return 1", 0)); s != nil {
+		t.Errorf("unknown script recognised as %q", s.name)
+	}
+}
+
+// probeSource is the probe script's text as EVAL sends it.
+func probeSource(t *testing.T) string {
+	t.Helper()
+	cmd := probeScript.Eval(context.Background(), recorder{}, []string{"k"}, "c")
+	return cmd.Args()[1].(string)
+}
+
+// recorder is a Scripter that runs nothing: it returns the command it was given.
+type recorder struct{ redis.Scripter }
+
+func (recorder) Eval(ctx context.Context, script string, keys []string, args ...any) *redis.Cmd {
+	return redis.NewCmd(ctx, "eval", script, len(keys))
+}
+
+// TLS settings with a node reached without TLS, or with verification off, are warned.
+func TestTLSWarnings(t *testing.T) {
+	for _, tc := range []struct {
+		url  string
+		opt  Options
+		want string
+	}{
+		{"redis://127.0.0.1:1", Options{TLSConfig: &tls.Config{}}, "reached without TLS"},
+		{"rediss://127.0.0.1:1?skip_verify=true", Options{}, "TLS certificate verification is off"},
+		{"rediss://127.0.0.1:1", Options{TLSConfig: &tls.Config{InsecureSkipVerify: true}}, "TLS certificate verification is off"},
+	} {
+		c, err := New([]string{tc.url}, tc.opt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if w := strings.Join(c.Warnings(), "\n"); !strings.Contains(w, tc.want) {
+			t.Errorf("%s: warnings %q, want %q", tc.url, w, tc.want)
+		}
+		_ = c.Close()
+	}
+}
