@@ -128,14 +128,16 @@ func (n *node) afterCheck(ctx context.Context, timeout time.Duration) {
 		if configProblem(st.LastError) {
 			problem = st.LastError
 		}
-		passed = false // probe again once it answers: it may be another server now
-		p.mu.Lock()
+		p.mu.Lock() // probe again once it answers: it may be another server now
 		p.passed = false
 		p.mu.Unlock()
 	} else if !passed {
 		err := n.probe(ctx, timeout)
 		if ctx.Err() != nil {
 			return // closing
+		}
+		if err != nil && !configProblem(err.Error()) {
+			return // slow or unreachable: not a verdict on permissions; probe again next check
 		}
 		if err != nil {
 			// Not through record: the Observer would count a node that answers INFO
@@ -173,8 +175,8 @@ func (n *node) afterCheck(ctx context.Context, timeout time.Duration) {
 // error under it varies with timing), else the message without its numbers (errors
 // carry ephemeral ports and timings).
 func problemKey(problem string) string {
-	if rest, ok := strings.CutPrefix(problem, "TLS: "); ok {
-		hint, _, _ := strings.Cut(rest, ": ")
+	if i := strings.Index(problem, "TLS: "); i >= 0 {
+		hint, _, _ := strings.Cut(problem[i+len("TLS: "):], ": ")
 		return hint
 	}
 	return strings.Map(func(r rune) rune {
@@ -188,8 +190,8 @@ func problemKey(problem string) string {
 // configProblem tells a deployment mistake, which only the operator can fix, from a node
 // that is down or slow: TLS and ACL errors (hinted, errhint.go) and refused credentials.
 func configProblem(msg string) bool {
-	for _, p := range []string{"TLS: ", "redis ACL: ", "permission probe: "} {
-		if strings.HasPrefix(msg, p) {
+	for _, p := range []string{"TLS: ", "redis ACL: "} {
+		if strings.Contains(msg, p) {
 			return true
 		}
 	}
