@@ -42,8 +42,8 @@ type Client struct {
 }
 
 // New connects to the given nodes (redis://, rediss://, unix:// or host:port; user,
-// password and db in the URL; see connect.go). It does not wait for the nodes to answer: unreachable nodes show as down
-// and a lock needs a quorum of them.
+// password and db in the URL; see connect.go). It does not wait for the nodes to
+// answer: unreachable nodes show as down and a lock needs a quorum of them.
 func New(urls []string, opt Options) (*Client, error) {
 	if len(urls) == 0 {
 		return nil, errors.New("redlock: at least one node URL is required")
