@@ -9,6 +9,14 @@
 //	_ = servers[0].Resume()                  // SIGCONT: it answers again
 //	_ = servers[1].Restart()                 // same port, empty dataset, new run_id
 //
+// Real deployments (tls.go, command.go):
+//
+//	pki := redistest.NewPKI(t, "redis.test")  // CA, server and client certificates, made now
+//	tlsServers := redistest.StartN(t, 3, redistest.Options{TLS: pki, TLSAuthClients: true})
+//	_ = tlsServers[0].URL()                   // "rediss://127.0.0.1:PORT"
+//	_ = servers[0].SocketURL()                // "unix:///tmp/redistest-.../redis.sock"
+//	_, _ = servers[0].Command("ACL", "SETUSER", "u", "on", ">pw", "~p:*", "+get")
+//
 // Without a testing.T (the caller must Stop every server):
 //
 //	servers, err := redistest.New(3, redistest.Options{Args: []string{"--requirepass", "x"}})
