@@ -29,6 +29,12 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //
 //	redlock [<matcher>] {
 //	    redis <url...>
+//	    tls {
+//	        ca <pem-file...>
+//	        client_cert <cert-file> <key-file>
+//	        server_name <name>
+//	        insecure_skip_verify
+//	    }
 //	    path <template> [<key>]
 //	    key <template>
 //	    case_insensitive
@@ -82,6 +88,8 @@ func (h *Handler) parseOption(d *caddyfile.Dispenser, opt string) error {
 			}
 		}
 		h.Redis = append(h.Redis, urls...)
+	case "tls":
+		return h.parseTLS(d)
 	case "path":
 		args := d.RemainingArgs()
 		if len(args) < 1 || len(args) > 2 {

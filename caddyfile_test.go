@@ -15,7 +15,13 @@ func dur(d time.Duration) caddy.Duration { return caddy.Duration(d) }
 func TestCaddyfileEveryOption(t *testing.T) {
 	d := caddyfile.NewTestDispenser(`redlock {
 		redis redis://10.0.0.1:6379 rediss://user:pw@10.0.0.2:6380/2
-		redis 10.0.0.3:6379
+		redis 10.0.0.3:6379 unix://u:pw@/run/redis.sock?db=1
+		tls {
+			ca /ca1.pem /ca2.pem
+			client_cert /client.pem /client-key.pem
+			server_name redis.internal
+			insecure_skip_verify
+		}
 		path /accounts/{id}/* acct:{id}
 		path /docs/{name}
 		key {http.request.host}{http.request.uri.path}
@@ -38,7 +44,9 @@ func TestCaddyfileEveryOption(t *testing.T) {
 	}
 	zero := dur(0)
 	want := Handler{
-		Redis:           []string{"redis://10.0.0.1:6379", "rediss://user:pw@10.0.0.2:6380/2", "10.0.0.3:6379"},
+		Redis: []string{"redis://10.0.0.1:6379", "rediss://user:pw@10.0.0.2:6380/2", "10.0.0.3:6379", "unix://u:pw@/run/redis.sock?db=1"},
+		TLS: &TLS{CA: []string{"/ca1.pem", "/ca2.pem"}, ClientCert: "/client.pem", ClientKey: "/client-key.pem",
+			ServerName: "redis.internal", InsecureSkipVerify: true},
 		Paths:           []PathKey{{Path: "/accounts/{id}/*", Key: "acct:{id}"}, {Path: "/docs/{name}"}},
 		Key:             "{http.request.host}{http.request.uri.path}",
 		CaseInsensitive: true,
@@ -98,7 +106,19 @@ func TestCaddyfileErrors(t *testing.T) {
 		{"redlock", "redis: at least one node URL is required"},
 		{"redlock arg {\n" + r + "}", `unexpected argument "arg"`},
 		{"redlock {\nredis\n}", "redis: want at least one node URL"},
-		{"redlock {\nredis http://x:1\n}", "scheme must be redis or rediss"},
+		{"redlock {\nredis http://x:1\n}", "scheme must be redis, rediss or unix"},
+		{"redlock {\nredis unix://\n}", "no socket path"},
+		{"redlock {\nredis rediss://:secret@x:1?skip_verify=true\n}", "skip_verify in the URL is not accepted"},
+		{"redlock {\n" + r + "tls on {\n}\n}", `tls: unexpected argument "on"`},
+		{"redlock {\n" + r + "tls {\nbogus\n}\n}", `tls: unknown option "bogus"`},
+		{"redlock {\n" + r + "tls {\nca\n}\n}", "tls: ca: want at least one PEM file"},
+		{"redlock {\n" + r + "tls {\nclient_cert a.pem\n}\n}", "tls: client_cert: want <cert-file> <key-file>, got 1"},
+		{"redlock {\n" + r + "tls {\nserver_name\n}\n}", "tls: server_name: want exactly one name, got 0"},
+		{"redlock {\n" + r + "tls {\nserver_name a b\n}\n}", "tls: server_name: want exactly one name, got 2"},
+		{"redlock {\n" + r + "tls {\nserver_name a/b\n}\n}", `tls: server_name: "a/b" is not a host name`},
+		{"redlock {\n" + r + "tls {\ninsecure_skip_verify yes\n}\n}", "tls: insecure_skip_verify: takes no argument"},
+		{"redlock {\n" + r + "tls {\nca a.pem\nca b.pem\n}\n}", "tls: ca: given more than once"},
+		{"redlock {\n" + r + "tls {\n}\ntls {\n}\n}", "tls: given more than once"},
 		{"redlock {\nredis localhost\n}", `node "localhost": want redis://host:port`},
 		{"redlock {\nredis redis://user:secret@:bad:port\n}", "xxxxx"},
 		{"redlock {\n" + r + "bogus 1\n}", `unknown option "bogus"`},
@@ -183,6 +203,9 @@ func TestJSONErrors(t *testing.T) {
 		{func(h *Handler) { h.Paths = []PathKey{{Path: "/a/{b"}} }, "path 1 (/a/{b)"},
 		{func(h *Handler) { h.Paths = []PathKey{{Path: "/a/{id}", Key: "{http.redlock.param.x}"}} }, "unknown capture"},
 		{func(h *Handler) { h.Key = "{path}" }, "{path} is a Caddyfile shorthand, outside a Caddyfile write {http.request.uri.path}"},
+		{func(h *Handler) { h.TLS = &TLS{ClientCert: "c.pem"} }, "tls: client_cert: want both a certificate and a key file"},
+		{func(h *Handler) { h.TLS = &TLS{CA: []string{" "}} }, "tls: ca: empty file name"},
+		{func(h *Handler) { h.Redis = []string{"unix:///"} }, "no socket path"},
 	} {
 		h := ok()
 		tc.mod(&h)

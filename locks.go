@@ -36,6 +36,7 @@ type lockerKey struct {
 	drift       float64
 	retryMin    time.Duration
 	retryMax    time.Duration
+	tls         string // fingerprint of the tls block and its files (tls.go)
 }
 
 // sharedLocker is one redlock.Client in the pool.
@@ -85,11 +86,11 @@ type lockerLease struct {
 // openLocker loads or creates the shared locker for urls and s, and leases it.
 func openLocker(urls []string, s *settings) (*lockerLease, error) {
 	key := lockerKey{urls: strings.Join(urls, "\n"), prefix: s.prefix, maxTTL: s.maxTTL, nodeTimeout: s.nodeTimeout,
-		drift: s.drift, retryMin: s.retryMin, retryMax: s.retryMax}
+		drift: s.drift, retryMin: s.retryMin, retryMax: s.retryMax, tls: s.tlsKey}
 	v, _, err := lockerPool.LoadOrNew(key, func() (caddy.Destructor, error) {
 		c, err := redlock.New(urls, redlock.Options{
 			Prefix: s.prefix, TTL: s.ttl, MaxTTL: s.maxTTL, NodeTimeout: s.nodeTimeout, DriftFactor: s.drift,
-			RetryDelayMin: s.retryMin, RetryDelayMax: s.retryMax,
+			RetryDelayMin: s.retryMin, RetryDelayMax: s.retryMax, TLSConfig: s.tls,
 			// The client outlives this config: use the process logger, not the module's.
 			Logger:   caddy.Log().Named("http.handlers.redlock"),
 			Observer: hooks.observer,

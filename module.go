@@ -5,6 +5,7 @@
 package caddyredlock
 
 import (
+	"crypto/tls"
 	"fmt"
 	"net"
 	"net/textproto"
@@ -28,9 +29,12 @@ func init() {
 // option of the same name; zero values mean the documented default.
 type Handler struct {
 	// Redis node URLs, one per independent master: redis://[user:pass@]host:port[/db],
-	// rediss://... (TLS) or host:port. Placeholders such as {env.REDIS_PASS} are
-	// expanded at provision. Required.
+	// rediss://... (TLS), unix://[user:pass@]/path/redis.sock[?db=N] or host:port.
+	// Placeholders such as {env.REDIS_PASS} are expanded at provision. Required.
 	Redis []string `json:"redis,omitempty"`
+	// TLS configures the rediss:// nodes (tls.go). Without it: system roots, each
+	// node's host verified.
+	TLS *TLS `json:"tls,omitempty"`
 	// Paths are path templates, tried in order; the first match gives the key.
 	Paths []PathKey `json:"paths,omitempty"`
 	// Key is the key template. Without paths it applies to every request (default
@@ -117,6 +121,9 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	if err != nil {
 		return fmt.Errorf("redlock: %w", err)
 	}
+	if s.tls, s.tlsKey, err = h.TLS.load(urls); err != nil {
+		return fmt.Errorf("redlock: %w", err)
+	}
 	lease, err := openLocker(urls, s)
 	if err != nil {
 		return fmt.Errorf("redlock: redis: %w", err)
@@ -183,6 +190,8 @@ func (h *Handler) waitReleases(timeout time.Duration) {
 // settings are the resolved options with defaults applied.
 type settings struct {
 	urls          []string
+	tls           *tls.Config // rediss:// nodes; nil: go-redis's default
+	tlsKey        string      // fingerprint of the tls block and its files (lockerKey)
 	prefix        string
 	ttl           time.Duration
 	maxTTL        time.Duration
@@ -230,6 +239,9 @@ func (h *Handler) resolve() (*settings, error) {
 		}
 	}
 	s.urls = append([]string(nil), h.Redis...)
+	if err := h.TLS.check(); err != nil {
+		return nil, err
+	}
 	if s.prefix == "" {
 		s.prefix = defaultPrefix
 	}
@@ -358,7 +370,7 @@ func checkNodeURL(raw string) error {
 	if !strings.Contains(raw, "://") {
 		host, port, err := net.SplitHostPort(raw)
 		if err != nil || host == "" || port == "" {
-			return fmt.Errorf("node %q: want redis://host:port, rediss://host:port or host:port", raw)
+			return fmt.Errorf("node %q: want redis://host:port, rediss://host:port, unix:///path or host:port", raw)
 		}
 		return nil
 	}
@@ -366,8 +378,18 @@ func checkNodeURL(raw string) error {
 	if err != nil {
 		return fmt.Errorf("node %q: not a valid URL", redactURL(raw))
 	}
-	if u.Scheme != "redis" && u.Scheme != "rediss" {
-		return fmt.Errorf("node %q: scheme must be redis or rediss", redactURL(raw))
+	if err := checkURLQuery(u); err != nil {
+		return fmt.Errorf("node %q: %w", redactURL(raw), err)
+	}
+	switch u.Scheme {
+	case "unix":
+		if u.Path == "" || u.Path == "/" {
+			return fmt.Errorf("node %q: no socket path (unix:///path/redis.sock)", redactURL(raw))
+		}
+		return nil
+	case "redis", "rediss":
+	default:
+		return fmt.Errorf("node %q: scheme must be redis, rediss or unix", redactURL(raw))
 	}
 	if u.Hostname() == "" {
 		return fmt.Errorf("node %q: no host", redactURL(raw))

@@ -122,8 +122,10 @@ func (b *batcher) take() []*call {
 }
 
 // send writes one batch as a pipeline, bounded by its earliest deadline, and delivers
-// each call's reply. Scripts unknown to the node (restarted, SCRIPT FLUSH) are loaded
-// and their calls sent once more.
+// each call's reply. Calls refused with NOSCRIPT (the node restarted, SCRIPT FLUSH) are
+// sent once more as EVAL, with the script's text: that caches the script for the next
+// EVALSHA and, unlike SCRIPT LOAD, needs no permission beyond EVAL (an ACL user
+// without +script|load would otherwise get NOSCRIPT on every call, forever).
 func (b *batcher) send(ctx context.Context, batch []*call) {
 	earliest := batch[0].deadline
 	for _, c := range batch[1:] {
@@ -135,24 +137,27 @@ func (b *batcher) send(ctx context.Context, batch []*call) {
 	defer cancel()
 	b.batches.Add(1)
 	b.sent.Add(int64(len(batch)))
-	b.exec(ctx, batch)
+	b.exec(ctx, batch, false)
 	if retry := noScriptRetry(batch); len(retry) > 0 && ctx.Err() == nil {
-		if err := loadScripts(ctx, b.nd.client, retry); err == nil {
-			b.exec(ctx, retry)
-		}
+		b.exec(ctx, retry, true)
 	}
 	for _, c := range batch {
 		c.deliver(c.cmd)
 	}
 }
 
-// exec sends calls in one pipeline and stores each reply in its call's cmd.
-func (b *batcher) exec(ctx context.Context, calls []*call) {
+// exec sends calls in one pipeline and stores each reply in its call's cmd; scripts go
+// as EVALSHA, or as EVAL with full.
+func (b *batcher) exec(ctx context.Context, calls []*call, full bool) {
 	pipe := b.nd.client.Pipeline()
 	cmds := make([]*redis.Cmd, len(calls))
 	for i, c := range calls {
 		if c.script == nil {
 			cmds[i] = pipe.Do(ctx, c.args...)
+			continue
+		}
+		if full {
+			cmds[i] = c.script.Eval(ctx, pipe, c.keys, c.args...)
 			continue
 		}
 		cmds[i] = c.script.EvalSha(ctx, pipe, c.keys, c.args...)
@@ -170,7 +175,7 @@ func (b *batcher) exec(ctx context.Context, calls []*call) {
 	}
 }
 
-// noScriptRetry lists, in order, what must go again once the scripts are loaded: the
+// noScriptRetry lists, in order, what must go again with the scripts' text: the
 // calls refused with NOSCRIPT, and every release behind the first of them. A release of
 // a value whose SET was refused ran before that SET: it must run again after it
 // (compare-and-delete may be repeated), or the retried SET would stand for a ttl.
@@ -185,20 +190,6 @@ func noScriptRetry(calls []*call) []*call {
 		}
 	}
 	return out
-}
-
-func loadScripts(ctx context.Context, client *redis.Client, calls []*call) error {
-	loaded := map[*redis.Script]bool{}
-	for _, c := range calls {
-		if loaded[c.script] {
-			continue
-		}
-		if err := c.script.Load(ctx, client).Err(); err != nil {
-			return err
-		}
-		loaded[c.script] = true
-	}
-	return nil
 }
 
 // close fails the calls still queued and every later one: the client is closing.

@@ -44,9 +44,9 @@ type Client struct {
 	clockSkew time.Duration
 }
 
-// New connects to the given nodes (redis://, rediss:// or host:port; user, password and db
-// in the URL). It does not wait for the nodes to answer: unreachable nodes show as down
-// and a lock needs a quorum of them.
+// New connects to the given nodes (redis://, rediss://, unix:// or host:port; user,
+// password and db in the URL; see connect.go). It does not wait for the nodes to
+// answer: unreachable nodes show as down and a lock needs a quorum of them.
 func New(urls []string, opt Options) (*Client, error) {
 	if len(urls) == 0 {
 		return nil, errors.New("redlock: at least one node URL is required")
@@ -68,6 +68,9 @@ func New(urls []string, opt Options) (*Client, error) {
 			c.warnings = append(c.warnings, fmt.Sprintf("node %s is listed more than once: it counts as several votes, which defeats the quorum", n.addr))
 		}
 		seen[n.addr] = true
+		if w := tlsWarning(n); w != "" {
+			c.warnings = append(c.warnings, w)
+		}
 		c.nodes = append(c.nodes, n)
 	}
 	if len(c.nodes)%2 == 0 {
@@ -175,6 +178,7 @@ func (c *Client) healthLoop(n *node) {
 	defer t.Stop()
 	for {
 		n.check(c.ctx, timeout)
+		n.afterCheck(c.ctx, timeout)
 		c.warnSameServer()
 		select {
 		case <-c.ctx.Done():

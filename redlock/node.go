@@ -27,7 +27,8 @@ type node struct {
 	startedAt atomic.Int64
 	// bound is the largest MaxTTL any client announced to this node (ns), as it last
 	// said; read without mu (Client.bound, voting.go).
-	bound atomic.Int64
+	bound  atomic.Int64
+	probed probeState // permission probe (probe.go)
 
 	mu          sync.Mutex
 	up          bool
@@ -56,7 +57,7 @@ type NodeStatus struct {
 	Errors           uint64        `json:"errors"`
 }
 
-// parseNodeURL accepts redis://, rediss:// (TLS) and bare host:port.
+// parseNodeURL accepts redis://, rediss:// (TLS), unix:// and bare host:port (connect.go).
 func parseNodeURL(raw string) (*redis.Options, string, error) {
 	raw = strings.TrimSpace(raw)
 	if raw == "" {
@@ -74,15 +75,11 @@ func parseNodeURL(raw string) (*redis.Options, string, error) {
 	} else {
 		host, port, err := net.SplitHostPort(raw)
 		if err != nil || host == "" || port == "" {
-			return nil, "", fmt.Errorf("redlock: node address %q: want host:port, redis://... or rediss://...", raw)
+			return nil, "", fmt.Errorf("redlock: node address %q: want host:port, redis://..., rediss://... or unix:///path", raw)
 		}
 		opt = &redis.Options{Addr: raw}
 	}
-	addr := opt.Addr
-	if opt.DB != 0 {
-		addr = fmt.Sprintf("%s/%d", addr, opt.DB)
-	}
-	return opt, addr, nil
+	return opt, nodeAddr(opt), nil
 }
 
 // redactURL hides a password in a URL for error messages.
@@ -112,7 +109,10 @@ func newNode(c *Client, raw string) (*node, error) {
 	opt.Protocol = 2
 	opt.DisableIdentity = true
 	opt.OnConnect = n.onConnect
-	n.client = redis.NewClient(opt)
+	applyTLS(opt, c.opt)
+	if n.client, err = buildClient(opt, c.opt); err != nil {
+		return nil, err
+	}
 	if !c.opt.DisablePipelining {
 		n.batch = newBatcher(n)
 	}

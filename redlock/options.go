@@ -1,9 +1,11 @@
 package redlock
 
 import (
+	"crypto/tls"
 	"fmt"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 )
 
@@ -57,6 +59,18 @@ type Options struct {
 	// (one write, read and round trip per batch; batcher.go): much less CPU per lock on
 	// both sides under concurrency, and a lone call still goes out at once.
 	DisablePipelining bool
+	// TLSConfig is used for the rediss:// nodes instead of go-redis's default (system
+	// roots): RootCAs for a private CA, Certificates for mutual TLS, ServerName for
+	// nodes addressed by IP. It is cloned per node; an empty ServerName becomes the
+	// node's host. redis:// and unix:// nodes never use TLS.
+	TLSConfig *tls.Config
+	// ClientBuilder, if set, makes each node's go-redis client from the options redlock
+	// prepared (address, credentials and TLS from the URL and TLSConfig, timeouts, and
+	// the OnConnect that detects node restarts): change what you need (Dialer,
+	// CredentialsProvider, hooks for tracing) and return redis.NewClient(opt). Keep
+	// OnConnect, the timeouts and MaxRetries: the lock's safety relies on them. The
+	// Client closes the clients it was given on Close.
+	ClientBuilder func(opt *redis.Options) (*redis.Client, error)
 	// Logger receives warnings about nodes (restarts, duplicates). Default: no logging.
 	Logger *zap.Logger
 	// Observer, if set, is told about every node call (for metrics). It must not block.

@@ -9,6 +9,14 @@
 //	_ = servers[0].Resume()                  // SIGCONT: it answers again
 //	_ = servers[1].Restart()                 // same port, empty dataset, new run_id
 //
+// Real deployments (tls.go, command.go):
+//
+//	pki := redistest.NewPKI(t, "redis.test")  // CA, server and client certificates, made now
+//	tlsServers := redistest.StartN(t, 3, redistest.Options{TLS: pki, TLSAuthClients: true})
+//	_ = tlsServers[0].URL()                   // "rediss://127.0.0.1:PORT"
+//	_ = servers[0].SocketURL()                // "unix:///tmp/redistest-.../redis.sock"
+//	_, _ = servers[0].Command("ACL", "SETUSER", "u", "on", ">pw", "~p:*", "+get")
+//
 // Without a testing.T (the caller must Stop every server):
 //
 //	servers, err := redistest.New(3, redistest.Options{Args: []string{"--requirepass", "x"}})
@@ -46,6 +54,12 @@ type Options struct {
 	// Args are extra redis-server arguments, appended after the defaults,
 	// e.g. {"--maxmemory", "1mb", "--requirepass", "x"}.
 	Args []string
+	// TLS, if set, makes the servers listen with TLS only (tls-port; the plain port is
+	// off), with certificates from this PKI (NewPKI). URL then returns rediss://.
+	TLS *PKI
+	// TLSAuthClients requires a client certificate signed by the PKI's CA (mutual TLS,
+	// tls-auth-clients yes). Without it client certificates are optional.
+	TLSAuthClients bool
 }
 
 const (
@@ -114,6 +128,8 @@ type Server struct {
 	dir  string
 	args []string // Options.Args
 	port int
+	tls  *PKI // nil: plain TCP
+	mtls bool // tls-auth-clients yes
 
 	mu      sync.Mutex
 	p       *proc // nil when not started or killed
@@ -124,8 +140,13 @@ type Server struct {
 // Addr returns "127.0.0.1:PORT".
 func (s *Server) Addr() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(s.port)) }
 
-// URL returns "redis://127.0.0.1:PORT".
-func (s *Server) URL() string { return "redis://" + s.Addr() }
+// URL returns "redis://127.0.0.1:PORT", or "rediss://127.0.0.1:PORT" for a TLS server.
+func (s *Server) URL() string {
+	if s.tls != nil {
+		return "rediss://" + s.Addr()
+	}
+	return "redis://" + s.Addr()
+}
 
 // Port returns the TCP port. It stays the same across Kill/Start/Restart.
 func (s *Server) Port() int { return s.port }
@@ -329,8 +350,7 @@ func (s *Server) useUnixSocket() bool {
 }
 
 func (s *Server) commandArgs() []string {
-	args := []string{
-		"--port", strconv.Itoa(s.port),
+	args := append(s.portArgs(),
 		"--bind", "127.0.0.1",
 		"--save", "",
 		"--appendonly", "no",
@@ -339,7 +359,7 @@ func (s *Server) commandArgs() []string {
 		"--protected-mode", "no",
 		"--loglevel", "warning",
 		"--logfile", s.logPath(),
-	}
+	)
 	if s.useUnixSocket() {
 		args = append(args, "--unixsocket", s.sockPath())
 	}
@@ -429,7 +449,7 @@ func (s *Server) waitReady(p *proc) error {
 			lastErr = ping("unix", s.sockPath())
 		}
 		if lastErr == nil {
-			lastErr = ping("tcp", s.Addr())
+			lastErr = s.pingTCP()
 		}
 		if lastErr == nil {
 			if p.exited() {
@@ -451,6 +471,10 @@ func ping(network, addr string) error {
 	if err != nil {
 		return err
 	}
+	return pingConn(c)
+}
+
+func pingConn(c net.Conn) error {
 	defer c.Close()
 	if err := c.SetDeadline(time.Now().Add(pingIOTimeout)); err != nil {
 		return err
@@ -582,7 +606,8 @@ func newServer(bin string, opt Options) (*Server, error) {
 			releasePort(port)
 			return nil, fmt.Errorf("redistest: temp dir: %w", err)
 		}
-		s := &Server{bin: bin, dir: dir, port: port, args: append([]string(nil), opt.Args...)}
+		s := &Server{bin: bin, dir: dir, port: port, args: append([]string(nil), opt.Args...),
+			tls: opt.TLS, mtls: opt.TLSAuthClients}
 		p, err := s.launch()
 		if err == nil {
 			s.p = p
@@ -644,6 +669,10 @@ func StartN(t testing.TB, n int, opt ...Options) []*Server {
 	var o Options
 	for _, x := range opt {
 		o.Args = append(o.Args, x.Args...)
+		if x.TLS != nil {
+			o.TLS = x.TLS
+		}
+		o.TLSAuthClients = o.TLSAuthClients || x.TLSAuthClients
 	}
 	if _, err := lookBinary(); err != nil {
 		t.Fatalf("%v", err)

@@ -1,0 +1,235 @@
+package caddyredlock
+
+import (
+	"bufio"
+	"fmt"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/caddy-redlock/caddy-redlock/internal/redistest"
+)
+
+// These tests run Caddy against real Redis deployments: TLS with a private CA, mutual
+// TLS, a server name for nodes addressed by IP, unix sockets, and the README's
+// least-privilege ACL user; and misconfigured ones, which must fail fast and say why.
+
+// everyFeature drives one Caddy site through the features on urls: a streamed request
+// holds /doc past its ttl (renewals), a second one waits and gets it after (release
+// notice), fencing tokens go upstream, the admin API inspects a key, force-releases
+// another, and shows every node up without errors.
+func everyFeature(t *testing.T, servers []*redistest.Server, urls []string, extra string) {
+	t.Helper()
+	st := &streamer{cancelled: map[string]time.Time{}}
+	up := newUpstream(t, 0, st.serve)
+	s := adminSite(t, servers, urls, "redlock:", "fencing\n\t\t"+extra, up)
+	adm := newAdmClient(s)
+
+	holder := startStream(t, s.url+"/doc?d=2500ms") // ttl 1500ms: renewed while streaming
+	var l locksJSON
+	if !eventually(10*time.Second, func() bool { l = adm.locks(t); return l.Held == 1 }) {
+		t.Fatalf("the streamed request never showed as held: %+v", l)
+	}
+	var k keyJSON
+	adm.json(t, "GET", "/redlock/keys?key=/doc", &k)
+	if len(k.Lockers) != 1 || !k.Lockers[0].QuorumHeld || !k.Lockers[0].HeldHere {
+		t.Fatalf("inspect /doc: %+v", k)
+	}
+	waiter := startStream(t, s.url+"/doc?d=0s&w=1")
+	if !eventually(10*time.Second, func() bool { l = adm.locks(t); return l.Waiting == 1 }) {
+		t.Fatalf("the second request never showed as waiting: %+v", l)
+	}
+	holder.wait(t, 15*time.Second)
+	waiter.wait(t, 15*time.Second)
+	for _, r := range []*stream{holder, waiter} {
+		if r.err != nil || r.code != http.StatusOK || !strings.HasSuffix(r.body, "done\n") {
+			t.Fatalf("request: %d %v %q", r.code, r.err, tail(r.body, 2))
+		}
+	}
+
+	forced := startStream(t, s.url+"/forced?d=20s")
+	if !eventually(10*time.Second, func() bool {
+		for _, e := range adm.locks(t).Locks {
+			if e.Key == "/forced" && e.State == "held" {
+				return true
+			}
+		}
+		return false
+	}) {
+		t.Fatalf("the forced request never showed as held: %+v", adm.locks(t))
+	}
+	var r releaseJSON
+	adm.json(t, "DELETE", "/redlock/keys?key=/forced", &r)
+	// deleted_on may be below the quorum: the aborted holder releases its nodes concurrently.
+	if r.Status != "released" || len(r.Lockers) != 1 || !r.Lockers[0].HeldHere {
+		t.Fatalf("force release: %+v", r)
+	}
+	forced.wait(t, 10*time.Second)
+
+	var nodes nodesAnswer
+	adm.json(t, "GET", "/redlock/nodes", &nodes)
+	if len(nodes.Lockers) != 1 || nodes.Lockers[0].Up != len(urls) {
+		t.Fatalf("nodes: %+v", nodes)
+	}
+	for _, n := range nodes.Lockers[0].Nodes {
+		if strings.Contains(n.Address, "@") || strings.Contains(n.Address, "s3cret") {
+			t.Errorf("node address shows credentials: %q", n.Address)
+		}
+	}
+	up.mu.Lock()
+	tokens := append([]string(nil), up.tokens["/doc"]...)
+	up.mu.Unlock()
+	if len(tokens) != 2 {
+		t.Fatalf("fencing tokens upstream: %v", tokens)
+	}
+	a, errA := strconv.ParseInt(tokens[0], 10, 64)
+	b, errB := strconv.ParseInt(tokens[1], 10, 64)
+	if errA != nil || errB != nil || a <= 0 || b <= a {
+		t.Errorf("fencing tokens upstream: %v", tokens)
+	}
+}
+
+func TestCaddyTLSPrivateCA(t *testing.T) {
+	pki := redistest.NewPKI(t)
+	servers := redistest.StartN(t, 3, redistest.Options{TLS: pki})
+	everyFeature(t, servers, redistest.URLs(servers), fmt.Sprintf("tls {\n\t\t\tca %s\n\t\t}", pki.CAFile))
+}
+
+// Mutual TLS, nodes addressed by IP with certificates for a DNS name only.
+func TestCaddyMutualTLSServerName(t *testing.T) {
+	pki := redistest.NewPKI(t, "redis.internal.test")
+	servers := redistest.StartN(t, 3, redistest.Options{TLS: pki, TLSAuthClients: true})
+	everyFeature(t, servers, redistest.URLs(servers), fmt.Sprintf(
+		"tls {\n\t\t\tca %s\n\t\t\tclient_cert %s %s\n\t\t\tserver_name redis.internal.test\n\t\t}",
+		pki.CAFile, pki.ClientCertFile, pki.ClientKeyFile))
+}
+
+func TestCaddyUnixSockets(t *testing.T) {
+	servers := redistest.StartN(t, 3)
+	urls := make([]string, len(servers))
+	for i, s := range servers {
+		urls[i] = s.SocketURL()
+	}
+	everyFeature(t, servers, urls, "")
+}
+
+// readmeACLSetUser returns the README's one ACL SETUSER line as arguments, for user
+// and password (the line is written for the default prefix, as the test uses).
+func readmeACLSetUser(t *testing.T, user, password string) []string {
+	t.Helper()
+	f, err := os.Open("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var found []string
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if line := strings.TrimSpace(sc.Text()); strings.HasPrefix(line, "ACL SETUSER ") {
+			found = append(found, line)
+		}
+	}
+	if len(found) != 1 {
+		t.Fatalf("README.md has %d lines starting with ACL SETUSER, want exactly 1: %q", len(found), found)
+	}
+	return strings.Fields(strings.NewReplacer("<user>", user, "<password>", password).Replace(found[0]))
+}
+
+// Every feature under exactly the README's ACL line (through a unix socket and TCP).
+func TestCaddyREADMEACLUser(t *testing.T) {
+	servers := redistest.StartN(t, 3)
+	args := readmeACLSetUser(t, "caddy", "s3cret")
+	urls := make([]string, len(servers))
+	for i, s := range servers {
+		if _, err := s.Command(args...); err != nil {
+			t.Fatalf("%q: %v", args, err)
+		}
+		urls[i] = "redis://caddy:s3cret@" + s.Addr()
+	}
+	urls[0] = "unix://caddy:s3cret@" + strings.TrimPrefix(servers[0].SocketURL(), "unix://")
+	everyFeature(t, servers, urls, "")
+}
+
+// A misconfigured deployment: requests get 503 quickly, /redlock/nodes names the
+// problem on every node, and the log says it at warn.
+func misconfiguredSite(t *testing.T, urls []string, extra, want string) {
+	t.Helper()
+	up := newUpstream(t, 0, nil)
+	s := startCaddy(t, "", fmt.Sprintf(`
+	redlock {
+		redis %s
+		node_timeout 200ms
+		wait 10s
+		%s
+	}
+%s`, strings.Join(urls, " "), extra, proxyTo(up)))
+	adm := newAdmClient(s)
+	start := time.Now()
+	code, _, _ := get(t, http.DefaultClient, "GET", s.url+"/x", nil)
+	if code != http.StatusServiceUnavailable {
+		t.Fatalf("status %d, want 503", code)
+	}
+	if d := time.Since(start); d > 3*time.Second {
+		t.Errorf("503 took %v", d)
+	}
+	var nodes nodesAnswer
+	if !eventually(10*time.Second, func() bool {
+		adm.json(t, "GET", "/redlock/nodes", &nodes)
+		if len(nodes.Lockers) != 1 {
+			return false
+		}
+		for _, n := range nodes.Lockers[0].Nodes {
+			if n.Up || !strings.Contains(n.LastError, want) {
+				return false
+			}
+		}
+		return true
+	}) {
+		t.Fatalf("nodes: %+v", nodes)
+	}
+	if !eventually(5*time.Second, func() bool { return s.logContains(`"level":"warn"`, "redis node unusable", want) }) {
+		t.Error("problem not logged at warn")
+	}
+	if hits, _, _ := up.snapshot(); hits != 0 {
+		t.Errorf("upstream got %d requests", hits)
+	}
+}
+
+func TestCaddyTLSWrongCA(t *testing.T) {
+	pki, other := redistest.NewPKI(t), redistest.NewPKI(t)
+	servers := redistest.StartN(t, 3, redistest.Options{TLS: pki})
+	misconfiguredSite(t, redistest.URLs(servers), fmt.Sprintf("tls {\n\t\t\tca %s\n\t\t}", other.CAFile), "not signed by a trusted CA")
+}
+
+func TestCaddyTLSNoClientCert(t *testing.T) {
+	pki := redistest.NewPKI(t)
+	servers := redistest.StartN(t, 3, redistest.Options{TLS: pki, TLSAuthClients: true})
+	misconfiguredSite(t, redistest.URLs(servers), fmt.Sprintf("tls {\n\t\t\tca %s\n\t\t}", pki.CAFile), "client certificate")
+}
+
+func TestCaddyTLSWrongServerName(t *testing.T) {
+	pki := redistest.NewPKI(t, "redis.internal.test")
+	servers := redistest.StartN(t, 3, redistest.Options{TLS: pki})
+	misconfiguredSite(t, redistest.URLs(servers), fmt.Sprintf("tls {\n\t\t\tca %s\n\t\t\tserver_name other.test\n\t\t}", pki.CAFile), "set tls server_name")
+}
+
+func TestCaddyACLMissingPermission(t *testing.T) {
+	servers := redistest.StartN(t, 3)
+	var args []string
+	for _, a := range readmeACLSetUser(t, "caddy", "s3cret") {
+		if a != "+info" {
+			args = append(args, a)
+		}
+	}
+	urls := make([]string, len(servers))
+	for i, s := range servers {
+		if _, err := s.Command(args...); err != nil {
+			t.Fatal(err)
+		}
+		urls[i] = "redis://caddy:s3cret@" + s.Addr()
+	}
+	misconfiguredSite(t, urls, "", "'info' command")
+}

@@ -1,0 +1,312 @@
+package redlock
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"errors"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/caddy-redlock/caddy-redlock/internal/redistest"
+	"github.com/redis/go-redis/v9"
+)
+
+// exerciseFeatures runs every feature on the nodes at urls with opt: acquire with a
+// fencing token, renewal (KeepAlive) past the ttl, a second client that waits and is
+// woken by the release notice (pub/sub), release, inspect and force release, and the
+// health checks (INFO) and permission probe passing on every node.
+func exerciseFeatures(t *testing.T, urls []string, opt Options) {
+	t.Helper()
+	a, err := New(urls, opt)
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	t.Cleanup(func() { _ = a.Close() })
+	b, err := New(urls, opt)
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	t.Cleanup(func() { _ = b.Close() })
+	waitUsable(t, a)
+	waitUsable(t, b)
+	ctx := context.Background()
+
+	l, err := a.Acquire(ctx, "res", AcquireOptions{Fencing: true, TTL: 600 * time.Millisecond})
+	if err != nil {
+		t.Fatalf("Acquire: %v", err)
+	}
+	if l.Token() <= 0 {
+		t.Fatalf("fencing token = %d", l.Token())
+	}
+	if err := l.KeepAlive(150*time.Millisecond, 0); err != nil {
+		t.Fatal(err)
+	}
+	st, err := a.Inspect(ctx, "res")
+	if err != nil || !st.QuorumHeld || !st.HeldHere {
+		t.Fatalf("Inspect = %+v, %v", st, err)
+	}
+	got := make(chan error, 1)
+	go func() {
+		w, err := b.Acquire(ctx, "res", AcquireOptions{Wait: 10 * time.Second, Fencing: true})
+		if err == nil {
+			if w.Token() <= l.Token() {
+				err = errors.New("waiter's token is not above the holder's")
+			}
+			err = errors.Join(err, w.Release(ctx))
+		}
+		got <- err
+	}()
+	time.Sleep(time.Second) // longer than the ttl: renewals keep the lock
+	select {
+	case err := <-got:
+		t.Fatalf("the waiter got the key while it was held and renewed: %v", err)
+	default:
+	}
+	if l.Err() != nil {
+		t.Fatalf("lock lost while renewed: %v", l.Err())
+	}
+	released := time.Now()
+	if err := l.Release(ctx); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatalf("waiter: %v", err)
+		}
+		// Woken by the release notice, not by its fallback retry delay (set long below).
+		if d := time.Since(released); d > opt.RetryDelayMin/2 {
+			t.Errorf("waiter took %v after the release: notice not received?", d)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("waiter never got the key")
+	}
+	if _, err := b.Acquire(ctx, "forced", AcquireOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := a.ForceRelease(ctx, "forced"); err != nil || n != len(urls) {
+		t.Fatalf("ForceRelease = %d, %v", n, err)
+	}
+	for _, s := range a.Nodes() {
+		if !s.Up || s.RunID == "" {
+			t.Errorf("node %s: %+v", s.Address, s)
+		}
+	}
+}
+
+// notifyOptions make the fallback retry slow, so a quick wake-up proves the notice.
+func notifyOptions() Options {
+	o := fastOptions()
+	o.RetryDelayMin, o.RetryDelayMax = 3*time.Second, 3*time.Second
+	return o
+}
+
+// waitUsable waits until every node answered a health check and passed the probe.
+func waitUsable(t *testing.T, c *Client) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) {
+		ok := true
+		for _, n := range c.nodes {
+			n.probed.mu.Lock()
+			ok = ok && n.probed.passed
+			n.probed.mu.Unlock()
+		}
+		if ok {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatalf("nodes not usable: %+v", c.Nodes())
+}
+
+func TestTLSNodes(t *testing.T) {
+	pki := redistest.NewPKI(t)
+	servers := redistest.StartN(t, 3, redistest.Options{TLS: pki})
+	opt := notifyOptions()
+	opt.TLSConfig = &tls.Config{RootCAs: pki.Pool}
+	exerciseFeatures(t, redistest.URLs(servers), opt)
+}
+
+func TestMutualTLSNodes(t *testing.T) {
+	pki := redistest.NewPKI(t)
+	servers := redistest.StartN(t, 3, redistest.Options{TLS: pki, TLSAuthClients: true})
+	cert, err := pki.ClientCertificate()
+	if err != nil {
+		t.Fatal(err)
+	}
+	opt := notifyOptions()
+	opt.TLSConfig = &tls.Config{RootCAs: pki.Pool, Certificates: []tls.Certificate{cert}}
+	exerciseFeatures(t, redistest.URLs(servers), opt)
+}
+
+// Nodes addressed by IP whose certificates carry only a DNS name: ServerName.
+func TestTLSServerName(t *testing.T) {
+	pki := redistest.NewPKI(t, "redis.internal.test")
+	servers := redistest.StartN(t, 3, redistest.Options{TLS: pki})
+	opt := notifyOptions()
+	opt.TLSConfig = &tls.Config{RootCAs: pki.Pool, ServerName: "redis.internal.test"}
+	exerciseFeatures(t, redistest.URLs(servers), opt)
+}
+
+func TestUnixSocketNodes(t *testing.T) {
+	servers := redistest.StartN(t, 3)
+	urls := make([]string, len(servers))
+	for i, s := range servers {
+		urls[i] = s.SocketURL()
+	}
+	exerciseFeatures(t, urls, notifyOptions())
+	a, err := New(urls[:1], Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	if addr := a.Nodes()[0].Address; addr != urls[0] {
+		t.Errorf("address = %q, want %q", addr, urls[0])
+	}
+}
+
+// A ClientBuilder sees the options redlock prepared and builds the client.
+func TestClientBuilder(t *testing.T) {
+	servers := redistest.StartN(t, 3)
+	opt := notifyOptions()
+	built := 0
+	opt.ClientBuilder = func(o *redis.Options) (*redis.Client, error) {
+		built++
+		if o.OnConnect == nil || o.ReadTimeout != opt.NodeTimeout {
+			t.Errorf("options not prepared: %+v", o)
+		}
+		return redis.NewClient(o), nil
+	}
+	exerciseFeatures(t, redistest.URLs(servers), opt)
+	if built != 6 {
+		t.Errorf("ClientBuilder called %d times, want 6 (3 nodes, 2 clients)", built)
+	}
+}
+
+// readmeACLLine returns the ACL SETUSER line of the README, for the user and password
+// given (the prefix is the default one the line is written for).
+func readmeACLLine(t *testing.T, user, password string) []string {
+	t.Helper()
+	f, err := os.Open("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var found []string
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if line := strings.TrimSpace(sc.Text()); strings.HasPrefix(line, "ACL SETUSER ") {
+			found = append(found, line)
+		}
+	}
+	if len(found) != 1 {
+		t.Fatalf("README.md has %d lines starting with ACL SETUSER, want 1: %q", len(found), found)
+	}
+	line := strings.NewReplacer("<user>", user, "<password>", password).Replace(found[0])
+	return strings.Fields(line)
+}
+
+func aclServers(t *testing.T, n int, args []string) []*redistest.Server {
+	t.Helper()
+	servers := redistest.StartN(t, n)
+	for _, s := range servers {
+		if _, err := s.Command(args...); err != nil {
+			t.Fatalf("%q: %v", args, err)
+		}
+	}
+	return servers
+}
+
+func userURLs(servers []*redistest.Server, user, password string) []string {
+	urls := make([]string, len(servers))
+	for i, s := range servers {
+		urls[i] = "redis://" + user + ":" + password + "@" + s.Addr()
+	}
+	return urls
+}
+
+// Every feature works under exactly the README's ACL line, also after SCRIPT FLUSH (the
+// NOSCRIPT fallback must not need SCRIPT LOAD, which the line does not grant).
+func TestREADMEACLUser(t *testing.T) {
+	servers := aclServers(t, 3, readmeACLLine(t, "locker", "s3cret"))
+	urls := userURLs(servers, "locker", "s3cret")
+	exerciseFeatures(t, urls, notifyOptions())
+	for _, s := range servers {
+		if _, err := s.Command("SCRIPT", "FLUSH"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c, err := New(urls, notifyOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	for i := range 3 {
+		l, err := c.Acquire(context.Background(), "after-flush", AcquireOptions{Fencing: true})
+		if err != nil {
+			t.Fatalf("Acquire %d after SCRIPT FLUSH: %v", i, err)
+		}
+		if _, err := l.Extend(context.Background()); err != nil {
+			t.Fatalf("Extend after SCRIPT FLUSH: %v", err)
+		}
+		if err := l.Release(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// scriptOf knows a script by its SHA-1 (EVALSHA) and by its text (EVAL), for ACL hints.
+func TestScriptOf(t *testing.T) {
+	ctx := context.Background()
+	for _, cmd := range []redis.Cmder{
+		redis.NewCmd(ctx, "evalsha", acquireScript.Hash(), 0),
+		redis.NewCmd(ctx, "eval", probeSource(t), 0),
+	} {
+		if s := scriptOf(cmd); s == nil {
+			t.Errorf("%v: script not recognised", cmd.Args()[0])
+		}
+	}
+	if s := scriptOf(redis.NewCmd(ctx, "eval", "return 1", 0)); s != nil {
+		t.Errorf("unknown script recognised as %q", s.name)
+	}
+}
+
+// probeSource is the probe script's text as EVAL sends it.
+func probeSource(t *testing.T) string {
+	t.Helper()
+	cmd := probeScript.Eval(context.Background(), recorder{}, []string{"k"}, "c")
+	return cmd.Args()[1].(string)
+}
+
+// recorder is a Scripter that runs nothing: it returns the command it was given.
+type recorder struct{ redis.Scripter }
+
+func (recorder) Eval(ctx context.Context, script string, keys []string, args ...any) *redis.Cmd {
+	return redis.NewCmd(ctx, "eval", script, len(keys))
+}
+
+// TLS settings with a node reached without TLS, or with verification off, are warned.
+func TestTLSWarnings(t *testing.T) {
+	for _, tc := range []struct {
+		url  string
+		opt  Options
+		want string
+	}{
+		{"redis://127.0.0.1:1", Options{TLSConfig: &tls.Config{}}, "reached without TLS"},
+		{"rediss://127.0.0.1:1?skip_verify=true", Options{}, "TLS certificate verification is off"},
+		{"rediss://127.0.0.1:1", Options{TLSConfig: &tls.Config{InsecureSkipVerify: true}}, "TLS certificate verification is off"},
+	} {
+		c, err := New([]string{tc.url}, tc.opt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if w := strings.Join(c.Warnings(), "\n"); !strings.Contains(w, tc.want) {
+			t.Errorf("%s: warnings %q, want %q", tc.url, w, tc.want)
+		}
+		_ = c.Close()
+	}
+}

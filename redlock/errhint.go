@@ -1,0 +1,207 @@
+package redlock
+
+import (
+	"context"
+	"crypto/sha1" //nolint:gosec // Redis names scripts by SHA-1
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"syscall"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// errorHints is a go-redis hook on every node client that rewrites the two kinds of
+// error a misconfigured deployment produces, so that they say what to fix: TLS
+// failures (untrusted CA, wrong name, refused client certificate) and ACL refusals
+// (NOPERM, or a command refused inside a script, which Redis reports without naming
+// it). The node is named by the callers (node errors are "addr: err"). The original
+// error stays reachable with errors.Unwrap / errors.As.
+type errorHints struct {
+	tls bool // the node is reached over TLS
+}
+
+func (errorHints) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (e errorHints) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		cmdErr := cmd.Err()
+		if cmdErr == nil {
+			cmdErr = err // a connection that could not be set up may leave cmd untouched
+		}
+		if h := e.hintFor(cmd, cmdErr); h != nil {
+			cmd.SetErr(h)
+			if err != nil {
+				err = h
+			}
+		}
+		return err
+	}
+}
+
+func (e errorHints) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
+		var first error
+		for _, cmd := range cmds {
+			if h := e.hintFor(cmd, cmd.Err()); h != nil {
+				cmd.SetErr(h)
+				if first == nil {
+					first = h
+				}
+			}
+		}
+		if err != nil {
+			if first != nil {
+				return first
+			}
+			// A connection that could not be set up fails Exec without touching the
+			// cmds (batcher.exec relies on Exec's error then): hint that one too.
+			if h := e.hintFor(nil, err); h != nil {
+				return h
+			}
+		}
+		return err
+	}
+}
+
+// hintedError is a Redis or connection error with what to check to fix it.
+type hintedError struct {
+	hint string
+	err  error
+}
+
+func (e *hintedError) Error() string { return e.hint + ": " + e.err.Error() }
+func (e *hintedError) Unwrap() error { return e.err }
+
+// hintFor returns err with a hint, or nil when there is nothing to add.
+func (e errorHints) hintFor(cmd redis.Cmder, err error) error {
+	if err == nil || errors.Is(err, redis.Nil) {
+		return nil
+	}
+	var he *hintedError
+	if errors.As(err, &he) {
+		return nil // hinted already (OnConnect's error passes the hook twice)
+	}
+	if h := tlsHint(err, e.tls); h != "" {
+		return &hintedError{hint: h, err: err}
+	}
+	if h := aclHint(cmd, err); h != "" {
+		return &hintedError{hint: h, err: err}
+	}
+	return nil
+}
+
+// TLS hints start with "TLS: " and hold no other ": " (problemKey relies on it).
+
+// hintClientCert is one text for the ways a refused client certificate shows (an alert
+// or a reset, depending on timing), so a node's problem is logged once, not per variant.
+const hintClientCert = "TLS: the node refused or closed the connection; if this persists, it requires a client certificate it trusts (tls client_cert)"
+
+// tlsHint explains a failed TLS handshake. With TLS 1.3 a server that refuses the
+// client certificate does so after the client's handshake is done: the client then
+// sees an alert on its first read, or a reset connection on its first write.
+func tlsHint(err error, overTLS bool) string {
+	var (
+		unknown  x509.UnknownAuthorityError
+		hostname x509.HostnameError
+		invalid  x509.CertificateInvalidError
+		verify   *tls.CertificateVerificationError
+		alert    tls.AlertError
+	)
+	msg := err.Error()
+	switch {
+	case errors.As(err, &unknown):
+		return "TLS: the node's certificate is not signed by a trusted CA (set tls ca to the CA that signs it)"
+	case errors.As(err, &hostname):
+		return "TLS: the node's certificate is not valid for the name checked (set tls server_name to a name in the certificate)"
+	case errors.As(err, &invalid):
+		return "TLS: the node's certificate is not valid (expired, or not for server use)"
+	case errors.As(err, &verify):
+		return "TLS: the node's certificate failed verification"
+	case errors.As(err, &alert), strings.Contains(msg, "remote error: tls:"):
+		if strings.Contains(msg, "certificate") {
+			return hintClientCert
+		}
+		return "TLS: the node refused the handshake"
+	case strings.Contains(msg, "tls: first record does not look like a TLS handshake"):
+		return "TLS: the node does not speak TLS on this port (use redis:// for a plain port)"
+	}
+	if overTLS && (errors.Is(err, syscall.ECONNRESET) || errors.Is(err, io.EOF)) {
+		return hintClientCert
+	}
+	return ""
+}
+
+// aclHint explains an ACL refusal. A direct NOPERM names its command already; a command
+// refused inside a script is reported as "ERR The user executing the script can't run
+// this command", so the script (known by its SHA-1 or text) tells which commands to grant.
+func aclHint(cmd redis.Cmder, err error) string {
+	msg := err.Error()
+	inScript := strings.Contains(msg, "user executing the script can't run this command")
+	if !inScript && !strings.HasPrefix(msg, "NOPERM") {
+		return ""
+	}
+	what := "the command"
+	if cmd != nil {
+		what = strings.ToUpper(cmd.Name())
+		if s := scriptOf(cmd); s != nil {
+			what = fmt.Sprintf("%s of the %s script (it runs %s)", what, s.name, strings.Join(s.commands, ", "))
+		}
+	}
+	if inScript {
+		return "redis ACL: the user may not run a command inside " + what + "; grant the commands of the ACL SETUSER line in the README"
+	}
+	if strings.Contains(msg, "keys") || strings.Contains(msg, "channel") {
+		return "redis ACL: the user may not use these keys or channels in " + what + "; grant ~<prefix>* and &<prefix>*"
+	}
+	return "redis ACL: the user may not run " + what + "; grant the commands of the ACL SETUSER line in the README"
+}
+
+// scriptInfo names a Lua script and the Redis commands it runs (for ACL hints).
+type scriptInfo struct {
+	name     string
+	commands []string
+}
+
+// scriptsBySHA maps each script's SHA-1 to what it is; EVAL sends the text, hashed here.
+var scriptsBySHA = func() map[string]scriptInfo {
+	m := map[string]scriptInfo{}
+	for _, s := range []struct {
+		s *redis.Script
+		scriptInfo
+	}{
+		{acquireScript, scriptInfo{"acquire", []string{"GET", "PTTL", "SET", "TIME"}}},
+		{commitScript, scriptInfo{"fencing commit", []string{"GET", "SET", "PEXPIRE"}}},
+		{extendScript, scriptInfo{"renewal", []string{"GET", "PEXPIRE"}}},
+		{retakeScript, scriptInfo{"re-take", []string{"SET"}}},
+		{releaseScript, scriptInfo{"release", []string{"GET", "DEL", "PUBLISH"}}},
+		{forceReleaseScript, scriptInfo{"force release", []string{"DEL", "PUBLISH"}}},
+		{probeScript, scriptInfo{"permission probe", probeCommands}},
+	} {
+		m[s.s.Hash()] = s.scriptInfo
+	}
+	return m
+}()
+
+func scriptOf(cmd redis.Cmder) *scriptInfo {
+	args := cmd.Args()
+	if len(args) < 2 {
+		return nil
+	}
+	body, _ := args[1].(string)
+	sha := body
+	if strings.EqualFold(cmd.Name(), "eval") {
+		sum := sha1.Sum([]byte(body)) //nolint:gosec // the script's name in Redis
+		sha = hex.EncodeToString(sum[:])
+	}
+	if s, ok := scriptsBySHA[strings.ToLower(sha)]; ok {
+		return &s
+	}
+	return nil
+}
