@@ -103,11 +103,16 @@ func (c *Client) contend(ctx, waitCtx context.Context, q *keyQueue, key string, 
 			c.register(l)
 			// A force release of this key that began since this round did may have found
 			// no holder registered (ForceRelease marks the holder lost) and deleted our
-			// SETs: the lock cannot be trusted.
-			if c.queues.forcedSince(key, forces) {
-				l.markLost(LostForceReleased)
+			// SETs: the lock cannot be trusted. Give it up and, while the wait lasts, try
+			// again (the key was just freed).
+			if !c.queues.forcedSince(key, forces) {
+				return l, nil
 			}
-			return l, nil
+			c.abandon(l)
+			if waitCtx.Err() != nil {
+				return nil, busy(attempt, 0)
+			}
+			continue
 		}
 		if res.unavailable != nil {
 			// One more round after a delay rides out a blip (a reconnect, a slow moment);
@@ -151,6 +156,23 @@ func (c *Client) contend(ctx, waitCtx context.Context, q *keyQueue, key string, 
 		}
 		t.Stop()
 	}
+}
+
+// abandon gives up a lock just taken that cannot be trusted, without giving up the
+// key's turn in the local queue: it is marked lost, unregistered, and its value deleted
+// on every node in the background (after its round's late replies without pipelining,
+// as in giveBack).
+func (c *Client) abandon(l *Lock) {
+	l.markLost(LostForceReleased)
+	c.unregister(l)
+	c.goBackground(func() {
+		if c.opt.DisablePipelining {
+			<-l.settled
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), c.opt.NodeTimeout)
+		defer cancel()
+		c.releaseOnNodes(ctx, l.nm, l.value, nil, false)
+	})
 }
 
 // waitSubscribed waits until enough nodes confirmed w's subscription that any majority
