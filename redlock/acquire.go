@@ -86,7 +86,6 @@ func (c *Client) contend(ctx, waitCtx context.Context, q *keyQueue, key string, 
 		if c.closed.Load() {
 			return nil, ErrClosed
 		}
-		value := owner + strconv.Itoa(attempt)
 		// A first try with a wait ahead can be a plain SET NX PX (see tryOnce). Its busy
 		// replies carry no PTTL: were the wait to run out during that very try, the
 		// BusyError's RetryAfter is 0 (Retry-After: 1); with wait 0 the script runs.
@@ -94,13 +93,7 @@ func (c *Client) contend(ctx, waitCtx context.Context, q *keyQueue, key string, 
 		forces := c.queues.forceNow(key)
 		res := c.tryOnce(ctx, nm, owner, attempt, ttl, fencing, plain)
 		if res.validity > 0 {
-			l := &Lock{c: c, nm: nm, key: key, value: value, ttl: ttl, token: res.token, fencing: fencing,
-				acquiredAt: start, attempts: attempt, q: q, settled: res.settled}
-			if fencing {
-				l.tokenMax = res.token + res.reserve
-			}
-			l.start(res.roundStart)
-			c.register(l)
+			l := c.newLock(nm, key, owner+strconv.Itoa(attempt), ttl, fencing, start, attempt, q, res)
 			// A force release of this key that began since this round did may have found
 			// no holder registered (ForceRelease marks the holder lost) and deleted our
 			// SETs: the lock cannot be trusted. Give it up and, while the wait lasts, try
@@ -122,12 +115,7 @@ func (c *Client) contend(ctx, waitCtx context.Context, q *keyQueue, key string, 
 				res.unavailable.Key = key
 				return nil, res.unavailable
 			}
-			t := time.NewTimer(c.retryDelay())
-			select {
-			case <-t.C:
-			case <-waitCtx.Done():
-			}
-			t.Stop()
+			sleep(waitCtx, c.retryDelay(), nil)
 			continue
 		}
 		unavailable = 0
@@ -148,14 +136,32 @@ func (c *Client) contend(ctx, waitCtx context.Context, q *keyQueue, key string, 
 		if res.minPTTL > 0 && res.minPTTL < delay {
 			delay = res.minPTTL // the holder's key expires sooner than our next try
 		}
-		t := time.NewTimer(delay)
-		select {
-		case <-w.C:
-		case <-t.C:
-		case <-waitCtx.Done():
-		}
-		t.Stop()
+		sleep(waitCtx, delay, w.C) // or until a release notice
 	}
+}
+
+// sleep waits d, or until ctx ends or wake (if not nil) fires.
+func sleep(ctx context.Context, d time.Duration, wake <-chan struct{}) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-wake:
+	case <-t.C:
+	case <-ctx.Done():
+	}
+}
+
+// newLock registers the lock a successful round took.
+func (c *Client) newLock(nm names, key, value string, ttl time.Duration, fencing bool, start time.Time,
+	attempt int, q *keyQueue, res attemptResult) *Lock {
+	l := &Lock{c: c, nm: nm, key: key, value: value, ttl: ttl, token: res.token, fencing: fencing,
+		acquiredAt: start, attempts: attempt, q: q, settled: res.settled}
+	if fencing {
+		l.tokenMax = res.token + res.reserve
+	}
+	l.start(res.roundStart)
+	c.register(l)
+	return l
 }
 
 // abandon gives up a lock just taken that cannot be trusted, without giving up the
