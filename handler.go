@@ -63,7 +63,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	queued := h.locker.shared.client.Holding(key) != nil
 	start := time.Now()
 	l, err := h.locker.shared.client.Acquire(ctx, key, redlock.AcquireOptions{
-		Wait: h.s.wait, TTL: h.s.ttl, Fencing: h.s.fencing,
+		Wait: h.s.waitFor(), TTL: h.s.ttl, Fencing: h.s.fencing,
 	})
 	wait := time.Since(start)
 	repl.Set(phWaitMS, wait.Milliseconds())
@@ -130,6 +130,7 @@ func (h *Handler) finish(l *redlock.Lock, e *inflight, r *http.Request, aborted 
 		// Redis round trip: it starts on the upstream while this response is still being
 		// finished (the upstream is done with this one: next has returned).
 		h.logReleased(l, e, zap.Bool("handed_over", true))
+		observeHold(holdHandedOver, e.heldFor())
 		removeInflight(e)
 		h.locker.drop()
 		// Let the new holder run first: it was queued on this thread and would otherwise
@@ -146,6 +147,11 @@ func (h *Handler) finish(l *redlock.Lock, e *inflight, r *http.Request, aborted 
 		// release round trip here would delay every client. The goroutine holds the
 		// request's locker reference, ends within about two node timeouts (a local
 		// handoff at once), and an exiting Caddy waits for it.
+		how := holdReleased
+		if l.Err() != nil {
+			how = holdLost
+		}
+		observeHold(how, e.heldFor())
 		h.releasing.Add(1)
 		go func() {
 			defer h.releasing.Add(-1)
@@ -161,6 +167,7 @@ func (h *Handler) finish(l *redlock.Lock, e *inflight, r *http.Request, aborted 
 	// The timer owns the lock and the request's locker reference until it fires; it
 	// always fires (within one ttl), also on reloads and shutdown.
 	time.AfterFunc(h.s.ttl, func() {
+		observeHold(holdDrained, e.heldFor())
 		h.release(l, e, r)
 		removeInflight(e)
 		h.locker.drop()
@@ -171,6 +178,9 @@ func (h *Handler) finish(l *redlock.Lock, e *inflight, r *http.Request, aborted 
 func (h *Handler) acquireFailed(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler,
 	key string, wait time.Duration, err error) error {
 	var busy *redlock.BusyError
+	if h.s.dryRun && r.Context().Err() == nil {
+		return h.dryRunThrough(w, r, next, key, wait, err)
+	}
 	switch {
 	case r.Context().Err() != nil:
 		// Checked first: a round cut short by the cancellation can look like a node failure.
