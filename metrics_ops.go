@@ -37,7 +37,9 @@ var (
 var opsCollectors = []prometheus.Collector{holdHist, dryRunTotal}
 
 // observeHold records a hold that ended.
-func observeHold(how string, held time.Duration) { holdHist.WithLabelValues(how).Observe(held.Seconds()) }
+func observeHold(how string, held time.Duration) {
+	holdHist.WithLabelValues(how).Observe(held.Seconds())
+}
 
 // countDryRun records a request dry run let through unlocked.
 func countDryRun(reason string) { dryRunTotal.WithLabelValues(reason).Inc() }
