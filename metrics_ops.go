@@ -17,9 +17,10 @@ const (
 	holdDrained    = "drained"     // the request was cut short; released after one more ttl
 )
 
-// holdBuckets run exponentially (x2.5) from 1ms to about 2.6h: a 2ms API call and an
-// hour-long stream both land in a bucket of their own order of magnitude.
-var holdBuckets = prometheus.ExponentialBuckets(0.001, 2.5, 17)
+// holdBuckets run exponentially (x2.5) from 1ms to about 1.6h (5821s): a 2ms API call
+// and an hour-long stream both land in a bucket of their own order of magnitude, in 18
+// buckets per label.
+var holdBuckets = prometheus.ExponentialBuckets(0.001, 2.5, 18)
 
 var (
 	holdHist = prometheus.NewHistogramVec(prometheus.HistogramOpts{
