@@ -39,6 +39,14 @@ func (h *Handler) dryRunThrough(w http.ResponseWriter, r *http.Request, next cad
 		reason, result = "unavailable", resultUnavailable
 	}
 	countAcquire(result, wait)
+	return h.dryRunUnlocked(w, r, next, key, reason, err)
+}
+
+// dryRunUnlocked serves a request unlocked that enforcing would have refused or made
+// wait: counted by reason, and logged with its key so that the keys in conflict can be
+// looked at before dry run is switched off.
+func (h *Handler) dryRunUnlocked(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler,
+	key, reason string, err error) error {
 	countDryRun(reason)
 	h.logger.Info("redlock dry run: request served unlocked (would have waited or been refused)",
 		zap.String("key", key), zap.String("reason", reason), zap.String("method", r.Method),

@@ -46,6 +46,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 
 	if !h.locker.hold() {
 		// Only after Cleanup, for a request that arrived as its server was shutting down.
+		if h.s.dryRun {
+			return h.dryRunUnlocked(w, r, next, key, "unavailable", errors.New("handler is shutting down"))
+		}
 		w.Header().Set("Retry-After", "1")
 		return caddyhttp.Error(http.StatusServiceUnavailable, errors.New("redlock: handler is shutting down"))
 	}
@@ -94,6 +97,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 
 	if err := l.KeepAlive(h.s.renew, h.s.maxHold); err != nil {
 		// The lock lapsed between acquire and now (a very slow start): never run unlocked.
+		if h.s.dryRun { // ... except in dry run, which never refuses
+			return h.dryRunUnlocked(w, r, next, key, "unavailable", err)
+		}
 		w.Header().Set("Retry-After", "1")
 		return caddyhttp.Error(http.StatusServiceUnavailable, fmt.Errorf("redlock: lock on %q lost before the request started: %w", key, err))
 	}
