@@ -35,6 +35,13 @@ func dash(s string) string {
 	return s
 }
 
+func plural(n int, what string) string {
+	if n == 1 {
+		return "1 " + what
+	}
+	return strconv.Itoa(n) + " " + what + "s"
+}
+
 func yesNo(b bool) string {
 	if b {
 		return "yes"
@@ -140,7 +147,7 @@ func printKey(w io.Writer, v keyJSON) error {
 }
 
 func printRelease(w io.Writer, v releaseJSON) error {
-	fmt.Fprintf(w, "key %s: %s (deleted on %d nodes)\n", v.Key, v.Status, v.DeletedOn)
+	fmt.Fprintf(w, "key %s: %s (deleted on %s)\n", v.Key, v.Status, plural(v.DeletedOn, "node"))
 	for _, l := range v.Lockers {
 		fmt.Fprintf(w, "%s: %s deleted on %d of %d nodes, %d answered", lockerTitle(l.lockerJSON), l.RedisKey, l.DeletedOn, l.Nodes, l.Answered)
 		if l.HeldHere {

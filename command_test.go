@@ -139,7 +139,8 @@ func TestCommandLocksNodesKeyRelease(t *testing.T) {
 	sec.collect(t, clients, "cli:/doc")
 
 	r = out.cli(t, "release", "/doc", addr)
-	r.want(t, 0, "key /doc: released", "cli:/doc deleted on 3 of 3 nodes", "request holding it was aborted")
+	// deleted_on may be below 3: the aborted request's own release can reach a node first.
+	r.want(t, 0, "key /doc: released", "cli:/doc deleted on ", "of 3 nodes, 3 answered", "request holding it was aborted")
 	holder.wait(t, 10*time.Second)
 	if strings.HasSuffix(holder.body, "done\n") {
 		t.Errorf("the holder ran to its end after release: %q", tail(holder.body, 1))

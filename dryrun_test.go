@@ -135,8 +135,8 @@ func TestHoldMetric(t *testing.T) {
 	if s := delta(after, sum, holdReleased) + delta(after, sum, holdHandedOver); s < 0.9 || s > 10 {
 		t.Errorf("hold time of 3 x 300ms requests: %vs", s)
 	}
-	if s := delta(after, sum, holdLost); s < 0.2 {
-		t.Errorf("hold time of the lost lock: %vs, want >= 0.2s", s)
+	if s := delta(after, sum, holdLost); s < 0.15 {
+		t.Errorf("hold time of the lost lock (held ~200ms): %vs", s)
 	}
 	if !strings.Contains(after, `caddy_redlock_hold_duration_seconds_bucket{how="released",le="0.001"}`) ||
 		holdBuckets[len(holdBuckets)-1] < 3600 {
