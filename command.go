@@ -54,6 +54,16 @@ the admin API's answer as is. Exit status 2 on errors (admin unreachable, bad ar
 			pf.StringP("adapter", "a", "", "Name of config adapter to apply (when --config is used)")
 			pf.String("address", "", "The address of the admin API endpoint, if not the default")
 			pf.Bool("json", false, "Print the admin API's JSON answer instead of a table")
+			// Without a subcommand: the help. An unknown one is an error (exit 2), not the
+			// help with exit 0 that cobra would give, so scripts notice a typo.
+			cmd.RunE = func(c *cobra.Command, args []string) error {
+				if len(args) == 0 {
+					return c.Help()
+				}
+				return caddycmd.WrapCommandFuncForCobra(func(caddycmd.Flags) (int, error) {
+					return exitError, fmt.Errorf("caddy redlock: unknown command %q: want locks, nodes, key, release or health", args[0])
+				})(c, args)
+			}
 			for _, sc := range redlockSubcommands {
 				cmd.AddCommand(&cobra.Command{
 					Use:   sc.use,

@@ -266,4 +266,8 @@ func TestCommandAdminAddress(t *testing.T) {
 	if r.code != 2 || !strings.Contains(r.stderr, "usage") {
 		t.Errorf("key without a key: exit %d, stderr %q", r.code, r.stderr)
 	}
+	r = out.cli(t, "lock", "--address", s.adminAdr)
+	if r.code != 2 || !strings.Contains(r.stderr, `unknown command \"lock\"`) {
+		t.Errorf("a typo: exit %d, stderr %q", r.code, r.stderr)
+	}
 }
