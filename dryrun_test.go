@@ -83,7 +83,8 @@ func TestDryRun(t *testing.T) {
 
 // TestHoldMetric: caddy_redlock_hold_duration_seconds counts holds by how they ended:
 // released (a lone request), handed_over (to a waiter of this instance), lost (force
-// release while it ran), with sums matching how long the upstream took.
+// release while it ran), drained (client gone mid-stream), with sums matching how long
+// the locks were held.
 func TestHoldMetric(t *testing.T) {
 	servers := redistest.StartN(t, 3)
 	st := &streamer{cancelled: map[string]time.Time{}}
@@ -121,13 +122,32 @@ func TestHoldMetric(t *testing.T) {
 	}
 	holder.wait(t, 10*time.Second)
 
-	var after string
-	if !eventually(5*time.Second, func() bool {
-		after = scrape(t, adm)
-		return delta(after, count, holdReleased)+delta(after, count, holdHandedOver) == 3 && delta(after, count, holdLost) == 1
+	// A client that goes away mid-stream: its lock drains one ttl (1500ms), then ends.
+	gone := startStream(t, s.url+"/gone?d=20s")
+	if !eventually(10*time.Second, func() bool {
+		for _, l := range adm.locks(t).Locks {
+			if l.Key == "/gone" && l.State == stateHeld {
+				return true
+			}
+		}
+		return false
 	}) {
-		t.Fatalf("hold counts: released %v, handed_over %v, lost %v; want 3 released or handed over, 1 lost",
-			delta(after, count, holdReleased), delta(after, count, holdHandedOver), delta(after, count, holdLost))
+		t.Fatal("the stream to cut never held its lock")
+	}
+	gone.cancel()
+	gone.wait(t, 10*time.Second)
+
+	var after string
+	if !eventually(10*time.Second, func() bool {
+		after = scrape(t, adm)
+		return delta(after, count, holdReleased)+delta(after, count, holdHandedOver) == 3 && delta(after, count, holdLost) == 1 &&
+			delta(after, count, holdDrained) == 1
+	}) {
+		t.Fatalf("hold counts: released %v, handed_over %v, lost %v, drained %v; want 3 released or handed over, 1 lost, 1 drained",
+			delta(after, count, holdReleased), delta(after, count, holdHandedOver), delta(after, count, holdLost), delta(after, count, holdDrained))
+	}
+	if s := delta(after, sum, holdDrained); s < 1.5 {
+		t.Errorf("hold time of the drained lock: %vs, want at least the 1.5s ttl it drained", s)
 	}
 	if delta(after, count, holdHandedOver) < 1 {
 		t.Errorf("no hand-over counted for 3 queued requests")
