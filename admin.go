@@ -56,6 +56,7 @@ func (a *AdminAPI) Routes() []caddy.AdminRoute {
 		{Pattern: "/redlock/locks", Handler: caddy.AdminHandlerFunc(a.handleLocks)},
 		{Pattern: "/redlock/nodes", Handler: caddy.AdminHandlerFunc(a.handleNodes)},
 		{Pattern: "/redlock/keys", Handler: caddy.AdminHandlerFunc(a.handleKeys)},
+		{Pattern: "/redlock/health", Handler: caddy.AdminHandlerFunc(a.handleHealth)},
 	}
 }
 

@@ -50,6 +50,7 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //	    busy_status <code>
 //	    fencing [<header>]
 //	    on_unavailable fail|bypass
+//	    dry_run
 //	}
 func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	d.Next() // directive name
@@ -175,6 +176,11 @@ func (h *Handler) parseOption(d *caddyfile.Dispenser, opt string) error {
 		if h.OnUnavailable != "fail" && h.OnUnavailable != "bypass" {
 			return d.Errf(`redlock: on_unavailable: want "fail" or "bypass", got %q`, h.OnUnavailable)
 		}
+	case "dry_run":
+		if d.NextArg() {
+			return d.Errf("redlock: dry_run: takes no argument")
+		}
+		h.DryRun = true
 	default:
 		return d.Errf("redlock: unknown option %q", opt)
 	}

@@ -132,6 +132,7 @@ func TestCaddyfileErrors(t *testing.T) {
 		{"redlock {\n" + r + "key {id}\n}", "key: keys: pattern \"/*\": key \"{id}\": unknown capture {id}"},
 		{"redlock {\n" + r + "key a b\n}", "key: want exactly one argument, got 2"},
 		{"redlock {\n" + r + "case_insensitive yes\n}", "case_insensitive: takes no argument"},
+		{"redlock {\n" + r + "dry_run yes\n}", "dry_run: takes no argument"},
 		{"redlock {\n" + r + "prefix\n}", "prefix: want exactly one argument, got 0"},
 		{"redlock {\n" + r + "ttl soon\n}", "ttl: "},
 		{"redlock {\n" + r + "ttl -1s\n}", `ttl: negative duration "-1s"`},

@@ -46,6 +46,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 
 	if !h.locker.hold() {
 		// Only after Cleanup, for a request that arrived as its server was shutting down.
+		if h.s.dryRun {
+			return h.dryRunUnlocked(w, r, next, key, "unavailable", errors.New("handler is shutting down"))
+		}
 		w.Header().Set("Retry-After", "1")
 		return caddyhttp.Error(http.StatusServiceUnavailable, errors.New("redlock: handler is shutting down"))
 	}
@@ -63,7 +66,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	queued := h.locker.shared.client.Holding(key) != nil
 	start := time.Now()
 	l, err := h.locker.shared.client.Acquire(ctx, key, redlock.AcquireOptions{
-		Wait: h.s.wait, TTL: h.s.ttl, Fencing: h.s.fencing,
+		Wait: h.s.waitFor(), TTL: h.s.ttl, Fencing: h.s.fencing,
 	})
 	wait := time.Since(start)
 	repl.Set(phWaitMS, wait.Milliseconds())
@@ -94,6 +97,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 
 	if err := l.KeepAlive(h.s.renew, h.s.maxHold); err != nil {
 		// The lock lapsed between acquire and now (a very slow start): never run unlocked.
+		if h.s.dryRun { // ... except in dry run, which never refuses
+			return h.dryRunUnlocked(w, r, next, key, "unavailable", err)
+		}
 		w.Header().Set("Retry-After", "1")
 		return caddyhttp.Error(http.StatusServiceUnavailable, fmt.Errorf("redlock: lock on %q lost before the request started: %w", key, err))
 	}
@@ -132,6 +138,7 @@ func (h *Handler) finish(l *redlock.Lock, e *inflight, r *http.Request, aborted 
 		// Redis round trip: it starts on the upstream while this response is still being
 		// finished (the upstream is done with this one: next has returned).
 		h.logReleased(l, e, zap.Bool("handed_over", true))
+		observeHold(holdHandedOver, e.heldFor())
 		removeInflight(e)
 		h.locker.drop()
 		// Let the new holder run first: it was queued on this thread and would otherwise
@@ -148,6 +155,11 @@ func (h *Handler) finish(l *redlock.Lock, e *inflight, r *http.Request, aborted 
 		// release round trip here would delay every client. The goroutine holds the
 		// request's locker reference, ends within about two node timeouts (a local
 		// handoff at once), and an exiting Caddy waits for it.
+		how := holdReleased
+		if l.Err() != nil {
+			how = holdLost
+		}
+		observeHold(how, e.heldFor())
 		h.releasing.Add(1)
 		go func() {
 			defer h.releasing.Add(-1)
@@ -163,6 +175,7 @@ func (h *Handler) finish(l *redlock.Lock, e *inflight, r *http.Request, aborted 
 	// The timer owns the lock and the request's locker reference until it fires; it
 	// always fires (within one ttl), also on reloads and shutdown.
 	time.AfterFunc(h.s.ttl, func() {
+		observeHold(holdDrained, e.heldFor())
 		h.release(l, e, r)
 		removeInflight(e)
 		h.locker.drop()
@@ -191,6 +204,9 @@ func upstreamMayStillWork(err error) bool {
 func (h *Handler) acquireFailed(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler,
 	key string, wait time.Duration, err error) error {
 	var busy *redlock.BusyError
+	if h.s.dryRun && r.Context().Err() == nil {
+		return h.dryRunThrough(w, r, next, key, wait, err)
+	}
 	switch {
 	case r.Context().Err() != nil:
 		// Checked first: a round cut short by the cancellation can look like a node failure.

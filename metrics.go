@@ -95,8 +95,8 @@ func registerMetrics(reg *prometheus.Registry) error {
 	if reg == nil {
 		return nil
 	}
-	for _, c := range []prometheus.Collector{metrics.acquire, metrics.wait, metrics.held, metrics.waiting,
-		metrics.renewals, metrics.lost, metrics.nodeErrors, metrics.nodeRTT} {
+	for _, c := range append([]prometheus.Collector{metrics.acquire, metrics.wait, metrics.held, metrics.waiting,
+		metrics.renewals, metrics.lost, metrics.nodeErrors, metrics.nodeRTT}, opsCollectors...) {
 		var already prometheus.AlreadyRegisteredError
 		if err := reg.Register(c); err != nil && !errors.As(err, &already) {
 			return fmt.Errorf("redlock: registering metrics: %w", err)

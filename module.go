@@ -79,6 +79,10 @@ type Handler struct {
 	// OnUnavailable is "fail" (503 + Retry-After, the default) or "bypass" (proxy
 	// unlocked, logged) when no quorum of nodes can be reached.
 	OnUnavailable string `json:"on_unavailable,omitempty"`
+	// DryRun is the rollout mode: locks are taken when free, but a request never waits
+	// and never gets 423 or 503 from this handler; one that would have is served
+	// unlocked, counted (caddy_redlock_dry_run_total) and logged.
+	DryRun bool `json:"dry_run,omitempty"`
 
 	s      *settings
 	keys   *keyer
@@ -206,6 +210,7 @@ type settings struct {
 	fencing       bool
 	fencingHeader string
 	bypass        bool
+	dryRun        bool
 }
 
 // Defaults of the handler (the redlock package has the same for the shared ones).
@@ -228,7 +233,7 @@ func (h *Handler) resolve() (*settings, error) {
 		prefix: h.Prefix, ttl: time.Duration(h.TTL), maxTTL: time.Duration(h.MaxTTL), renew: time.Duration(h.RenewInterval),
 		wait: defaultWait, nodeTimeout: time.Duration(h.NodeTimeout), drift: h.DriftFactor,
 		maxHold: time.Duration(h.MaxHold), busyStatus: h.BusyStatus, fencing: h.Fencing,
-		fencingHeader: h.FencingHeader,
+		fencingHeader: h.FencingHeader, dryRun: h.DryRun,
 	}
 	if len(h.Redis) == 0 {
 		return nil, fmt.Errorf("redis: at least one node URL is required")
