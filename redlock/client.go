@@ -28,6 +28,8 @@ type Client struct {
 	heldMu sync.Mutex
 	held   map[string]*Lock // by key; the local queue admits one holder per key
 
+	pending pendingCalls // release calls on their way (nodes_call.go)
+
 	ctx      context.Context // cancelled by Close: ends health checks and subscribers
 	cancel   context.CancelFunc
 	bg       sync.WaitGroup // every goroutine the client starts
@@ -132,6 +134,9 @@ func (c *Client) Close() error {
 func (c *Client) shutdown() error {
 	var err error
 	c.shutOnce.Do(func() {
+		// Releases that returned at a quorum still have calls on the way to the other
+		// nodes: let them land (each ends by its deadline) before the connections close.
+		c.pending.wait(2 * c.opt.NodeTimeout)
 		c.bgMu.Lock()
 		c.shut = true
 		c.bgMu.Unlock()

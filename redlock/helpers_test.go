@@ -80,3 +80,17 @@ func fmtSscanCalls(line string, calls *int) (int, error) {
 	_, rest, _ := strings.Cut(line, ":")
 	return fmt.Sscanf(rest, "calls=%d", calls)
 }
+
+// waitGone waits until no node holds key: a release returns once a quorum deleted it, the
+// other nodes' deletes follow.
+func waitGone(t testing.TB, servers []*redistest.Server, key string) {
+	t.Helper()
+	eventually(t, key+" gone from every node", func() bool {
+		for _, s := range servers {
+			if _, ok := rawGet(t, s, key); ok {
+				return false
+			}
+		}
+		return true
+	})
+}

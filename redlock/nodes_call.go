@@ -89,12 +89,14 @@ func (c *Client) releaseOnNodes(ctx context.Context, nm names, value string, ski
 		signaled bool
 		done     = make(chan struct{})
 	)
+	c.pending.add(sent)
 	for i, nd := range c.nodes {
 		if skip != nil && skip[i] {
 			continue
 		}
 		t0 := time.Now()
 		nd.call(ctx, func(cmd *redis.Cmd) {
+			defer c.pending.done()
 			r, err := cmd.Int64()
 			nd.record("release", time.Since(t0), err)
 			mu.Lock()
@@ -122,4 +124,48 @@ func (c *Client) releaseOnNodes(ctx context.Context, nm names, value string, ski
 	mu.Lock()
 	defer mu.Unlock()
 	return deleted, others, append([]error(nil), errs...)
+}
+
+// pendingCalls counts release calls still on their way, also after their caller
+// returned (releaseOnNodes returns at a quorum of deletes): shutdown lets them land
+// before it closes the connections, or a key would stand for a ttl.
+type pendingCalls struct {
+	mu   sync.Mutex
+	n    int
+	zero chan struct{} // closed when n drops to 0
+}
+
+func (p *pendingCalls) add(k int) {
+	p.mu.Lock()
+	if p.n == 0 {
+		p.zero = make(chan struct{})
+	}
+	p.n += k
+	p.mu.Unlock()
+}
+
+func (p *pendingCalls) done() {
+	p.mu.Lock()
+	p.n--
+	if p.n == 0 {
+		close(p.zero)
+	}
+	p.mu.Unlock()
+}
+
+// wait waits until no call is pending, at most d (each call ends by its deadline).
+func (p *pendingCalls) wait(d time.Duration) {
+	p.mu.Lock()
+	if p.n == 0 {
+		p.mu.Unlock()
+		return
+	}
+	zero := p.zero
+	p.mu.Unlock()
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-zero:
+	case <-t.C:
+	}
 }
