@@ -19,14 +19,33 @@ import (
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"go.uber.org/zap"
 	"golang.org/x/net/http/httpguts"
+
+	"github.com/caddy-redlock/caddy-redlock/redlock"
 )
 
 func init() {
 	caddy.RegisterModule(Handler{})
 }
 
-// Handler is the `http.handlers.redlock` module. Every JSON field mirrors the Caddyfile
-// option of the same name; zero values mean the documented default.
+// Handler serializes requests to a resource across Caddy instances: for each request it
+// renders a lock key (a path template's key, or any placeholder), takes a Redlock on N
+// independent Redis masters, runs the next handler while renewing the lock (also for
+// long streamed responses and websockets), and releases it when that handler returns.
+// A request whose lock cannot be renewed in time is cancelled, never left running
+// unlocked.
+//
+// Every JSON field mirrors the Caddyfile option of the same name; zero values mean the
+// documented default.
+//
+// Placeholders set for later handlers and logs:
+//
+// Placeholder | Description
+// ------------|-------------
+// `{http.redlock.key}` | the lock key (without prefix); empty when the request is not locked
+// `{http.redlock.token}` | the fencing token (with fencing)
+// `{http.redlock.wait_ms}` | how long the request waited for its lock, in ms
+// `{http.redlock.path}` | the normalized request path the key was rendered from
+// `{http.redlock.param.*}` | each capture of the matching path template, by name
 type Handler struct {
 	// Redis node URLs, one per independent master: redis://[user:pass@]host:port[/db],
 	// rediss://... (TLS), unix://[user:pass@]/path/redis.sock[?db=N] or host:port.
@@ -56,8 +75,8 @@ type Handler struct {
 	MaxTTL caddy.Duration `json:"max_ttl,omitempty"`
 	// RenewInterval is how often a held lock is renewed. Default ttl/3.
 	RenewInterval caddy.Duration `json:"renew_interval,omitempty"`
-	// Wait is how long a request may wait for a busy key; 0 fails at once. Default 5s.
-	// A pointer because 0 is meaningful.
+	// Wait is how long a request may wait for a busy key; 0 fails at once. Default 5s
+	// when not given.
 	Wait *caddy.Duration `json:"wait,omitempty"`
 	// RetryDelay is [min] or [min, max]: the jittered delay between tries when no
 	// release notice arrives. Default [25ms, 250ms].
@@ -98,8 +117,12 @@ type Handler struct {
 
 // PathKey is one `path <template> [<key>]` line.
 type PathKey struct {
+	// Path is the path template: literal segments, `{name}` for exactly one segment, and
+	// a trailing `*` for the rest. Required.
 	Path string `json:"path"`
-	Key  string `json:"key,omitempty"`
+	// Key is the key template for requests this path matches; it may use the `{name}`
+	// captures and any placeholder. Default: the template with its captures filled in.
+	Key string `json:"key,omitempty"`
 }
 
 // CaddyModule returns the Caddy module information.
@@ -150,10 +173,6 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	}
 	return nil
 }
-
-// Validate is a no-op: Provision already refused every invalid option (it has to, as it
-// connects to the nodes), and Validate runs after it.
-func (h *Handler) Validate() error { return nil }
 
 // Cleanup gives up this handler's use of its locker. On a reload it leaves running
 // requests alone (the locker stays open until they are done). When the process exits
@@ -213,15 +232,10 @@ type settings struct {
 	dryRun        bool
 }
 
-// Defaults of the handler (the redlock package has the same for the shared ones).
+// Defaults of the handler's own options; those of the lock itself (prefix, ttl,
+// node_timeout, drift_factor, retry_delay) are the redlock package's.
 const (
-	defaultPrefix        = "redlock:"
-	defaultTTL           = 10 * time.Second
 	defaultWait          = 5 * time.Second
-	defaultRetryMin      = 25 * time.Millisecond
-	defaultRetryMax      = 250 * time.Millisecond
-	defaultNodeTimeout   = 100 * time.Millisecond
-	defaultDriftFactor   = 0.01
 	defaultBusyStatus    = 423
 	defaultFencingHeader = "Redlock-Fencing-Token"
 )
@@ -248,19 +262,19 @@ func (h *Handler) resolve() (*settings, error) {
 		return nil, err
 	}
 	if s.prefix == "" {
-		s.prefix = defaultPrefix
+		s.prefix = redlock.DefaultPrefix
 	}
 	if strings.ContainsRune(s.prefix, 0) {
 		return nil, fmt.Errorf("prefix: must not contain a NUL byte")
 	}
 	if s.ttl == 0 {
-		s.ttl = defaultTTL
+		s.ttl = redlock.DefaultTTL
 	}
 	if s.nodeTimeout == 0 {
-		s.nodeTimeout = defaultNodeTimeout
+		s.nodeTimeout = redlock.DefaultNodeTimeout
 	}
 	if s.drift == 0 {
-		s.drift = defaultDriftFactor
+		s.drift = redlock.DefaultDriftFactor
 	}
 	switch {
 	case s.ttl < 0:
@@ -323,7 +337,7 @@ func (h *Handler) resolve() (*settings, error) {
 func (s *settings) resolveRetry(rd []caddy.Duration) error {
 	switch len(rd) {
 	case 0:
-		s.retryMin, s.retryMax = defaultRetryMin, defaultRetryMax
+		s.retryMin, s.retryMax = redlock.DefaultRetryDelayMin, redlock.DefaultRetryDelayMax
 		return nil
 	case 1:
 		s.retryMin, s.retryMax = time.Duration(rd[0]), time.Duration(rd[0])
@@ -437,7 +451,6 @@ func canonicalHeader(s string) string { return textproto.CanonicalMIMEHeaderKey(
 // Interface guards
 var (
 	_ caddy.Provisioner           = (*Handler)(nil)
-	_ caddy.Validator             = (*Handler)(nil)
 	_ caddy.CleanerUpper          = (*Handler)(nil)
 	_ caddyhttp.MiddlewareHandler = (*Handler)(nil)
 	_ caddyfile.Unmarshaler       = (*Handler)(nil)
