@@ -113,7 +113,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	defer stop() // on a panic in next; a no-op after the call below
 	err = next.ServeHTTP(w, r.WithContext(ctx))
 	stop()
-	aborted = ctx.Err() != nil || upstreamMayStillWork(err)
+	aborted = ctx.Err() != nil || upstreamMayStillWork(err, r)
 	if cause := context.Cause(ctx); errors.Is(cause, redlock.ErrLost) && err != nil {
 		return fmt.Errorf("%w (request aborted: %v)", err, cause)
 	}
@@ -129,7 +129,8 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 // connection) only stopped on Caddy's side: the upstream may not have noticed yet and
 // still be working on it. Its lock, if still held, is therefore kept, renewed, for one
 // more ttl (state "draining") before it is released, so that the next holder does not
-// overlap a straggler. A request that completed, failed with a client error (4xx) or
+// overlap a straggler. A request that completed, failed with a client error (4xx, and no
+// request body) or
 // panicked releases at once: to the next waiting request of this instance right here when that
 // costs no round trip (Lock.HandOver), else in the background.
 func (h *Handler) finish(l *redlock.Lock, e *inflight, r *http.Request, aborted bool) {
@@ -187,17 +188,17 @@ func (h *Handler) finish(l *redlock.Lock, e *inflight, r *http.Request, aborted 
 // header or read timeout, a broken upstream connection: 502, 504) without cancelling the
 // request's context, and the upstream may not notice and go on (a database transaction
 // does): handing the lock on at once would let the next request overlap it. So any
-// error drains like a request cut short, except a client error (4xx), which a handler
-// returns before the request goes anywhere.
-func upstreamMayStillWork(err error) bool {
+// error drains like a request cut short, except a client error (4xx) on a request
+// without a body. A request with a body may fail on the client's side after the proxy
+// has sent the headers and part of the body (request_body max_size on a chunked body:
+// 413), with the upstream already at work.
+func upstreamMayStillWork(err error, r *http.Request) bool {
 	if err == nil {
 		return false
 	}
 	var he caddyhttp.HandlerError
-	if errors.As(err, &he) && he.StatusCode >= 400 && he.StatusCode < 500 {
-		return false
-	}
-	return true
+	bodiless := r.ContentLength == 0 && len(r.TransferEncoding) == 0
+	return !(bodiless && errors.As(err, &he) && he.StatusCode >= 400 && he.StatusCode < 500)
 }
 
 // acquireFailed answers a request whose lock could not be taken.

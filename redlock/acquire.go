@@ -170,8 +170,9 @@ func (c *Client) newLock(nm names, key, value string, ttl time.Duration, fencing
 // as in giveBack).
 func (c *Client) abandon(l *Lock) {
 	l.markLost(LostForceReleased)
-	c.unregister(l)
+	c.pending.add(1)
 	c.goBackground(func() {
+		defer c.pending.done()
 		if c.opt.DisablePipelining {
 			<-l.settled
 		}
@@ -179,6 +180,7 @@ func (c *Client) abandon(l *Lock) {
 		defer cancel()
 		c.releaseOnNodes(ctx, l.nm, l.value, nil, false)
 	})
+	c.unregister(l) // last: it may shut a closed client down, which waits for the above
 }
 
 // waitSubscribed waits until enough nodes confirmed w's subscription that any majority
@@ -264,6 +266,9 @@ type tally struct {
 func (c *Client) tryOnce(ctx context.Context, nm names, owner string, attempt int, ttl time.Duration, fencing, plain bool) attemptResult {
 	start := time.Now()
 	value := owner + strconv.Itoa(attempt)
+	// Counted until its grants are kept or given back, so that Close lets a failed
+	// round's give-back reach the nodes (pendingCalls).
+	c.pending.add(1)
 	rd := c.sendRound(ctx, nm, owner, attempt, ttl, fencing, plain, start)
 	// Stop as soon as the outcome is known: a paused node must not hold us up (each
 	// reply comes by node_timeout). Replies that came meanwhile are counted too; they
@@ -285,6 +290,7 @@ func (c *Client) tryOnce(ctx context.Context, nm names, owner string, attempt in
 		}
 		if validity > 0 {
 			res.validity, res.roundStart, res.token, res.settled = validity, start, t.token, rd.settled
+			c.pending.done()
 			return res
 		}
 	}
@@ -377,9 +383,10 @@ func (c *Client) fence(ctx context.Context, nm names, value string, t tally) (in
 // (split votes) until released. With pipelining the release queues behind each node's
 // SET, so the grants of fast nodes need not wait for a slow node's reply. Without it,
 // the round's late replies must be in first: a release that overtook its SET would
-// leave that SET standing for a whole ttl.
+// leave that SET standing for a whole ttl. It ends the round's count in c.pending.
 func (c *Client) giveBack(rd *round, nm names, value string, answered []bool) {
 	c.goBackground(func() {
+		defer c.pending.done()
 		if c.opt.DisablePipelining {
 			<-rd.settled
 			for _, r := range rd.snapshot() {

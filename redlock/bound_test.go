@@ -121,3 +121,63 @@ func TestAcquireAboveMaxTTLRefused(t *testing.T) {
 		t.Fatal("New accepted a ttl above max_ttl")
 	}
 }
+
+// A bound no client of ours wrote (found by review: 9.2e12 ms overflowed the quarantine
+// into a negative one, and a restarted node voted at once) is not believed and is
+// replaced by the next announcement; nor is a value without an expiry, which would
+// freeze restarted nodes out for good. A sane bound with an expiry is followed.
+func TestBoundReadingsAreSane(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		stored string
+		expiry time.Duration // 0: none
+		want   time.Duration // the bound the client ends up with
+	}{
+		{"huge", "9200000000000", time.Hour, 2 * time.Second},
+		{"no expiry", "3000", 0, 2 * time.Second},
+		{"not a number", "x", time.Hour, 2 * time.Second},
+		{"sane", "3000", time.Hour, 3 * time.Second},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			servers := redistest.StartN(t, 3)
+			ctx := context.Background()
+			for _, s := range servers {
+				rc := redis.NewClient(&redis.Options{Addr: s.Addr()})
+				if err := rc.Set(ctx, DefaultPrefix+boundName, tc.stored, tc.expiry).Err(); err != nil {
+					t.Fatal(err)
+				}
+				rc.Close()
+			}
+			opt := fastOptions() // ttl 2s
+			a := newTestClient(t, servers, opt)
+			b := newTestClient(t, servers, opt)
+			waitRunIDs(t, b)
+			time.Sleep(3 * opt.HealthInterval) // a few health checks: announcements and readings
+			if got := b.bound(); got != tc.want {
+				t.Fatalf("bound %v, want %v", got, tc.want)
+			}
+			if q := b.quarantine(); q < tc.want {
+				t.Fatalf("quarantine %v, below the bound %v", q, tc.want)
+			}
+			// A restart still quarantines: A holds nodes 0 and 1, node 0 restarts empty.
+			rawSet(t, servers[2], "bounded", "other", 10*time.Second)
+			la, err := a.Acquire(ctx, "bounded", AcquireOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer la.Release(ctx)
+			rc := redis.NewClient(&redis.Options{Addr: servers[2].Addr()})
+			rc.Del(ctx, DefaultPrefix+"bounded")
+			rc.Close()
+			if err := servers[0].Restart(); err != nil {
+				t.Fatal(err)
+			}
+			if lb, err := b.Acquire(ctx, "bounded", AcquireOptions{Wait: time.Second}); err == nil {
+				defer lb.Release(ctx)
+				if la.Validity() > 0 {
+					t.Fatalf("two holders: A valid for %v more, B acquired after node 0 restarted", la.Validity())
+				}
+			}
+		})
+	}
+}

@@ -135,8 +135,10 @@ func (c *Client) shutdown() error {
 	var err error
 	c.shutOnce.Do(func() {
 		// Releases that returned at a quorum still have calls on the way to the other
-		// nodes: let them land (each ends by its deadline) before the connections close.
-		c.pending.wait(2 * c.opt.NodeTimeout)
+		// nodes, and acquire rounds may still give back their grants: let them land
+		// (a round and its give-back end within three node timeouts) before the
+		// connections close.
+		c.pending.wait(3*c.opt.NodeTimeout + 100*time.Millisecond)
 		c.bgMu.Lock()
 		c.shut = true
 		c.bgMu.Unlock()

@@ -29,8 +29,11 @@ const DefaultHandoffLimit = 8
 const MaxHandoffLimit = 64
 
 // handoff hands l (just released by its holder, not lost) to the next local waiter, if
-// the rules above allow it. It reports whether it did; l must not be used afterwards.
-func (c *Client) handoff(l *Lock) bool {
+// the rules above allow it and no force release of the key began since forces (forceNow,
+// taken before l was ended here: a force release after that could not mark l lost, and
+// its deletes would leave the handed lock held nowhere). It reports whether it did; l
+// must not be used afterwards.
+func (c *Client) handoff(l *Lock, forces uint64) bool {
 	until, ok := c.handoffAllowed(l)
 	if !ok {
 		return false
@@ -40,7 +43,7 @@ func (c *Client) handoff(l *Lock) bool {
 	if l.fencing {
 		next.token = l.token + 1
 	}
-	return c.queues.handTo(l.q, next, suits(l), func(w waiter) {
+	return c.queues.handTo(l.q, next, forces, suits(l), func(w waiter) {
 		next.acquiredAt = w.since
 		next.startUntil(until)
 		c.register(next)

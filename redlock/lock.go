@@ -318,7 +318,10 @@ func (l *Lock) Release(ctx context.Context) error {
 	// (a force release elsewhere, an expiry across a pause) and marked the lock lost, and a
 	// lost lock must never be handed on.
 	l.c.renewer.remove(l)
-	if l.endLocally() && l.c.handoff(l) {
+	// A force release from here on may find the lock already ended here (markLost then
+	// does nothing): the handoff checks for one against this mark.
+	forces := l.c.queues.forceNow(l.key)
+	if l.endLocally() && l.c.handoff(l, forces) {
 		return nil
 	}
 	return l.releaseInRedis(ctx)
@@ -344,7 +347,8 @@ func (l *Lock) HandOver() bool {
 	l.mu.Unlock()
 	// Renewals are stopped and none is in flight: the lock's state is final, as in Release
 	// after renewer.remove.
-	if l.endLocally() && c.handoff(l) {
+	forces := c.queues.forceNow(l.key)
+	if l.endLocally() && c.handoff(l, forces) {
 		return true
 	}
 	l.mu.Lock()

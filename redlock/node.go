@@ -169,12 +169,13 @@ func (n *node) onConnect(ctx context.Context, cn *redis.Conn) error {
 // on a new connection or once a health interval, and needs no NOSCRIPT fallback.
 func (n *node) announce(ctx context.Context, p redis.Pipeliner) *redis.Cmd {
 	b := n.c.opt.MaxTTL
-	return p.Eval(ctx, announceScript, []string{n.c.boundKey()}, b.Milliseconds(), boundExpiry(b).Milliseconds())
+	return p.Eval(ctx, announceScript, []string{n.c.boundKey()}, b.Milliseconds(), boundExpiry(b).Milliseconds(), maxBound.Milliseconds())
 }
 
-// noteBound records the bound a node answered to announceScript.
+// noteBound records the bound a node answered to announceScript (one above maxBound is
+// not believed: the script replaces such a value).
 func (n *node) noteBound(cmd *redis.Cmd) {
-	if ms, err := cmd.Int64(); err == nil && ms > 0 {
+	if ms, err := cmd.Int64(); err == nil && ms > 0 && ms <= maxBound.Milliseconds() {
 		n.bound.Store(int64(time.Duration(ms) * time.Millisecond))
 	}
 }

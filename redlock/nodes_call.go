@@ -127,8 +127,9 @@ func (c *Client) releaseOnNodes(ctx context.Context, nm names, value string, ski
 }
 
 // pendingCalls counts release calls still on their way, also after their caller
-// returned (releaseOnNodes returns at a quorum of deletes): shutdown lets them land
-// before it closes the connections, or a key would stand for a ttl.
+// returned (releaseOnNodes returns at a quorum of deletes), and acquire rounds until
+// their grants are kept or given back: shutdown lets them land before it closes the
+// connections, or a key would stand for a ttl.
 type pendingCalls struct {
 	mu   sync.Mutex
 	n    int

@@ -36,8 +36,8 @@ type Options struct {
 	// ones, e.g. through AcquireOptions.TTL). The client announces it to the nodes, which
 	// keep the largest any client announced, and a restarted node does not vote for that
 	// largest bound plus drift (voting.go): so a client with a short ttl still waits out
-	// the locks of a client with a long one. Default: TTL. Best set to the same value,
-	// the longest ttl in use, on every client of a node set.
+	// the locks of a client with a long one. Default: TTL; at most 24h. Best set to the
+	// same value, the longest ttl in use, on every client of a node set.
 	MaxTTL time.Duration
 	// NodeTimeout bounds every command to one node (dial, write and read). Default 100ms.
 	NodeTimeout time.Duration
@@ -126,6 +126,8 @@ func (o Options) Validate() error {
 	switch {
 	case o.TTL <= 0:
 		return fmt.Errorf("redlock: ttl must be > 0, got %v", o.TTL)
+	case o.MaxTTL > maxBound:
+		return fmt.Errorf("redlock: max_ttl must be at most %v, got %v", maxBound, o.MaxTTL)
 	case o.MaxTTL < o.TTL:
 		return fmt.Errorf("redlock: ttl (%v) is above max_ttl (%v): raise max_ttl on every client of these nodes", o.TTL, o.MaxTTL)
 	case o.NodeTimeout <= 0:

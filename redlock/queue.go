@@ -174,11 +174,14 @@ func (qs *queues) done(q *keyQueue, yield bool) {
 // handTo gives the turn together with lock l to the next waiter if there is one and
 // accept(it) says the lock suits it. register runs under the queue lock before the
 // waiter can see l (so the client's table never lists a lock its holder released).
-func (qs *queues) handTo(q *keyQueue, l *Lock, accept func(waiter) bool, register func(next waiter)) bool {
+func (qs *queues) handTo(q *keyQueue, l *Lock, forces uint64, accept func(waiter) bool, register func(next waiter)) bool {
 	qs.mu.Lock()
 	defer qs.mu.Unlock()
 	if len(q.waiters) == 0 || !accept(q.waiters[0]) || qs.forcing[q.key] > 0 {
 		return false
+	}
+	if m, ok := qs.forced[q.key]; ok && m.seq > forces {
+		return false // a force release began since the lock was ended here
 	}
 	next := q.waiters[0]
 	q.waiters = q.waiters[1:]

@@ -24,7 +24,9 @@ import "github.com/redis/go-redis/v9"
 //
 // A key of another type under the lock's name (another client's lock, e.g. Redisson's
 // hash) makes GET fail with WRONGTYPE: pcall turns that into "held by someone else", as
-// in every script here. A node that answers is up, whatever it holds.
+// in every script here. A node that answers is up, whatever it holds. A counter of
+// another type (nobody else writes under our NUL-suffixed names) counts as missing and
+// is overwritten: it starts from the clock.
 //
 // Fencing (doc.go): the token is max(counter+1, node time in µs), so a counter lost in a
 // restart or expired for disuse restarts from the clock, above every token issued before;
@@ -49,7 +51,8 @@ if ARGV[4] == '1' then
   local t = redis.call('TIME')
   local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
   local lead = tonumber(ARGV[8])
-  token = (tonumber(redis.call('GET', KEYS[2]) or '0') or 0) + 1
+  local cv = redis.pcall('GET', KEYS[2])
+  token = ((type(cv) == 'string' and tonumber(cv)) or 0) + 1
   if now > token then token = now end
   local p = tonumber(ARGV[7])
   if p >= token and p <= now + lead then token = p end
@@ -68,7 +71,8 @@ return {1, token, reserved}
 // KEYS[1] lock, KEYS[2] counter; ARGV[1] value, ARGV[2] token, ARGV[3] counter ttl ms.
 var commitScript = redis.NewScript(`
 if redis.pcall('GET', KEYS[1]) ~= ARGV[1] then return 0 end
-local c = tonumber(redis.call('GET', KEYS[2]) or '0') or 0
+local cv = redis.pcall('GET', KEYS[2])
+local c = (type(cv) == 'string' and tonumber(cv)) or 0
 if tonumber(ARGV[2]) > c then
   redis.call('SET', KEYS[2], ARGV[2], 'PX', ARGV[3])
 else
@@ -134,13 +138,16 @@ return n
 
 // announceScript keeps, under the prefix, the longest ttl any client of these nodes may
 // use (voting.go): KEYS[1] the bound key; ARGV[1] the announcing client's MaxTTL in ms,
-// ARGV[2] how long that announcement lives in ms. The larger value wins; the winner's
-// announcement sets the expiry, so a bound outlives its last announcer by that much and
-// then lapses (a client long gone no longer lengthens everyone's quarantine). Returns
-// the bound now stored, in ms. A plain string so it can go out as EVAL in a pipeline.
+// ARGV[2] how long that announcement lives in ms, ARGV[3] the largest bound believed
+// (maxBound). The larger value wins; the winner's announcement sets the expiry, so a
+// bound outlives its last announcer by that much and then lapses (a client long gone no
+// longer lengthens everyone's quarantine). A value no client of ours wrote (not a number,
+// above maxBound, or without an expiry) is replaced. Returns the bound now stored, in ms.
+// A plain string so it can go out as EVAL in a pipeline.
 const announceScript = `
 local cur = redis.pcall('GET', KEYS[1])
 cur = (type(cur) == 'string' and tonumber(cur)) or 0
+if cur > tonumber(ARGV[3]) or (cur > 0 and redis.call('PTTL', KEYS[1]) < 0) then cur = 0 end
 local mine = tonumber(ARGV[1])
 if mine >= cur then
   redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])

@@ -37,6 +37,11 @@ import (
 // within a second or two.
 const startedTogether = 3 * time.Second
 
+// maxBound caps Options.MaxTTL, and the bound a client takes from the nodes: a reading
+// above it is not a ttl anyone uses but a foreign or corrupt value (announceScript
+// replaces it), and believing it would freeze restarted nodes out for good, or overflow.
+const maxBound = 24 * time.Hour
+
 // bound is the longest ttl any client may use on these nodes, as far as this client
 // knows: its own MaxTTL or a larger one announced by another client.
 func (c *Client) bound() time.Duration {
@@ -44,7 +49,7 @@ func (c *Client) bound() time.Duration {
 	for _, n := range c.nodes {
 		b = max(b, time.Duration(n.bound.Load()))
 	}
-	return b
+	return min(b, maxBound)
 }
 
 // quarantine is how long a node that may have lost its keys must not vote.

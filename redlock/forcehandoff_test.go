@@ -1,0 +1,155 @@
+package redlock
+
+import (
+	"context"
+	"math/rand/v2"
+	"os"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/caddy-redlock/caddy-redlock/internal/redistest"
+)
+
+// (Found by review.) force releases of a key (by the same client) racing acquires of it (local
+// handoffs, pipelined and not). Invariant checked whenever no force release is under
+// way: a lock Acquire returned that is not marked lost has its value on a quorum of
+// nodes (else it is "valid while its keys are gone").
+func TestForceReleaseVsAcquire(t *testing.T) {
+	for _, nopipe := range []bool{false, true} {
+		servers := redistest.StartN(t, 3)
+		opt := fastOptions()
+		opt.DisablePipelining = nopipe
+		c := newTestClient(t, servers, opt)
+		waitRunIDs(t, c)
+		ctx := context.Background()
+		var (
+			forcing  sync.RWMutex
+			checked  atomic.Int64
+			lostSeen atomic.Int64
+		)
+		stop := make(chan struct{})
+		var wg sync.WaitGroup
+		for g := 0; g < 4; g++ {
+			wg.Go(func() {
+				for {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					l, err := c.Acquire(ctx, "forced", AcquireOptions{Wait: time.Second, Fencing: g%2 == 0})
+					if err != nil {
+						continue
+					}
+					time.Sleep(time.Duration(rand.IntN(800)) * time.Microsecond)
+					forcing.RLock()
+					if l.Err() == nil {
+						st, err := c.Inspect(ctx, "forced")
+						if err == nil && l.Err() == nil && c.Holding("forced") == l {
+							checked.Add(1)
+							if !st.HeldHere {
+								t.Errorf("pipelining=%v: lock (handed %v, attempts %d) valid (%v left) while its value is on no quorum: %+v",
+									!nopipe, l.Handed(), l.Attempts(), l.Validity(), st.Nodes)
+							}
+						}
+					} else {
+						lostSeen.Add(1)
+					}
+					forcing.RUnlock()
+					if rand.IntN(2) == 0 && l.HandOver() {
+						continue
+					}
+					_ = l.Release(ctx)
+				}
+			})
+		}
+		wg.Go(func() {
+			deadline := time.Now().Add(5 * time.Second)
+			for time.Now().Before(deadline) {
+				forcing.Lock()
+				_, _ = c.ForceRelease(ctx, "forced")
+				forcing.Unlock()
+				time.Sleep(time.Duration(1+rand.IntN(4)) * time.Millisecond)
+			}
+			close(stop)
+		})
+		wg.Wait()
+		t.Logf("pipelining=%v: checked %d, lost %d", !nopipe, checked.Load(), lostSeen.Load())
+	}
+}
+
+// Focused on the handoff window: two callers per key hand the lock back and forth
+// (Release with the other one queued) while force releases of the key run back to back.
+// A force release that runs entirely between the releaser's endLocally (the lock is
+// "released", so ForceRelease's markLost is a no-op) and its handTo (forcing is back to
+// 0) deletes the value, and the lock is then handed on as valid.
+func TestForceReleaseDuringHandoff(t *testing.T) {
+	servers := redistest.StartN(t, 3)
+	opt := fastOptions()
+	c := newTestClient(t, servers, opt)
+	waitRunIDs(t, c)
+	ctx := context.Background()
+	keys := []string{"ho1", "ho2", "ho3", "ho4", "ho5", "ho6"}
+	var (
+		bad, checked atomic.Int64
+		wg           sync.WaitGroup
+	)
+	stop := make(chan struct{})
+	for _, key := range keys {
+		var forcing sync.RWMutex
+		for range 2 {
+			wg.Go(func() {
+				for {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					l, err := c.Acquire(ctx, key, AcquireOptions{Wait: time.Second})
+					if err != nil {
+						continue
+					}
+					{ // every holder checks: the force release waiting for the write lock then runs while the holder releases
+						forcing.RLock()
+						if l.Err() == nil {
+							st, err := c.Inspect(ctx, key)
+							if err == nil && l.Err() == nil {
+								checked.Add(1)
+								if !st.HeldHere && bad.Add(1) == 1 {
+									t.Errorf("lock (handed %v) valid (%v left) while its value is on no quorum: %+v", l.Handed(), l.Validity(), st.Nodes)
+								}
+							}
+						}
+						forcing.RUnlock()
+					}
+					_ = l.Release(ctx)
+				}
+			})
+		}
+		wg.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				forcing.Lock()
+				_, _ = c.ForceRelease(ctx, key)
+				forcing.Unlock()
+				time.Sleep(time.Duration(rand.IntN(300)) * time.Microsecond)
+			}
+		})
+	}
+	dur := 3 * time.Second
+	if s := os.Getenv("REDLOCK_STRESS_SECONDS"); s != "" {
+		n, _ := strconv.Atoi(s)
+		dur = time.Duration(n) * time.Second
+	}
+	time.Sleep(dur)
+	close(stop)
+	wg.Wait()
+	t.Logf("handed locks checked %d, valid with keys gone %d", checked.Load(), bad.Load())
+}
