@@ -69,7 +69,7 @@ func run(f flags, cfg config) int {
 	}
 
 	caddyBin := f.caddy
-	if caddyBin == "" && (want("http") || want("hot") || want("waiters")) {
+	if caddyBin == "" && (want("http") || want("hot") || want("faultyhot") || want("waiters")) {
 		progress("building Caddy (cmd/caddy)...\n")
 		repo := f.repo
 		if repo == "" {
@@ -118,7 +118,7 @@ func run(f flags, cfg config) int {
 		}
 		noteBackground(res, "4b. hot key (library)", bg)
 	}
-	if want("http") || want("hot") {
+	if want("http") || want("hot") || want("faultyhot") {
 		runHTTP(res, f, cfg, dir, caddyBin, up, nodes, want, fail)
 	}
 	if want("waiters") {
