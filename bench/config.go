@@ -25,7 +25,7 @@ type config struct {
 	RedsyncWaiters bool          `json:"redsync_waiters"`
 }
 
-// full is `make bench` (about 5 minutes on 2 cores); quick is under 2 minutes.
+// full is `make bench` (about 6 minutes on 2 cores); quick is under 2 minutes.
 var (
 	full = config{LibRounds: 3, LibDur: time.Second, Clients: 16, Rounds: 2, HTTPDur: 3 * time.Second,
 		Warmup: 500 * time.Millisecond, HotClients: 16, HotRounds: 2, HotDur: 5 * time.Second, FaultyDur: 3 * time.Second, Hold: 2 * time.Millisecond,
