@@ -127,3 +127,37 @@ func TestUpstreamViolation(t *testing.T) {
 		t.Fatalf("violations = %d %v", n, log)
 	}
 }
+
+// Each fault of a front end points at that front end's all-up variant, and the targets
+// check only the first build's Caddy rows.
+func TestFaultyVariantsAndTargets(t *testing.T) {
+	var vs []faultyVariant
+	vs = faultyVariants(vs, httpVariant{name: nameCaddyRedlock + ", N=5"}, true)
+	vs = faultyVariants(vs, httpVariant{name: nameCompare + nameCaddyRedlock + ", N=5"}, true)
+	vs = faultyVariants(vs, httpVariant{name: nameRedsync + ", N=5"}, false)
+	if len(vs) != 8 {
+		t.Fatalf("%d variants", len(vs))
+	}
+	for i, v := range vs {
+		if vs[v.base].fault != faultNone || !strings.HasPrefix(v.name, strings.TrimSuffix(vs[v.base].name, faultNone)) {
+			t.Fatalf("variant %d (%s) has base %d (%s)", i, v.name, v.base, vs[v.base].name)
+		}
+	}
+	r := &results{}
+	for _, v := range vs {
+		row := faultyRow{hotRow: hotRow{Name: v.name}, Fault: v.fault, Ratio: 0.5}
+		if strings.HasPrefix(v.name, nameCaddyRedlock) {
+			row.Ratio = 0.9
+		}
+		r.FaultyHot = append(r.FaultyHot, row)
+	}
+	r.checkTargets()
+	if len(r.Targets) != 2 {
+		t.Fatalf("targets %+v", r.Targets)
+	}
+	for _, c := range r.Targets {
+		if c.Met == nil || !*c.Met || !strings.Contains(c.Value, nameCompare) {
+			t.Fatalf("target %+v", c)
+		}
+	}
+}

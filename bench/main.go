@@ -1,9 +1,9 @@
 // Command bench measures caddy-redlock side by side with a redsync-based proxy, in one
 // run on one machine: the Redis floor, the lock's cost, throughput and latency through
-// Caddy, a hot key across two instances, Redis commands per request, and the cost of
-// many waiting requests. See README.md.
+// Caddy, a hot key across two instances (also with a paused or slow minority node), Redis
+// commands per request, and the cost of many waiting requests. See README.md.
 //
-//	cd bench && go run .          # full run (~5 min), writes results.json and results.md
+//	cd bench && go run .          # full run (~6 min), writes results.json and results.md
 //	cd bench && go run . -quick   # under 2 minutes
 package main
 
@@ -69,7 +69,7 @@ func run(f flags, cfg config) int {
 	}
 
 	caddyBin := f.caddy
-	if caddyBin == "" && (want("http") || want("hot") || want("waiters")) {
+	if caddyBin == "" && (want("http") || want("hot") || want("faultyhot") || want("waiters")) {
 		progress("building Caddy (cmd/caddy)...\n")
 		repo := f.repo
 		if repo == "" {
@@ -118,7 +118,7 @@ func run(f flags, cfg config) int {
 		}
 		noteBackground(res, "4b. hot key (library)", bg)
 	}
-	if want("http") || want("hot") {
+	if want("http") || want("hot") || want("faultyhot") {
 		runHTTP(res, f, cfg, dir, caddyBin, up, nodes, want, fail)
 	}
 	if want("waiters") {

@@ -40,11 +40,35 @@ func runHTTP(res *results, f flags, cfg config, dir, caddyBin string, up *upstre
 		return t
 	}
 	wait := 30 * time.Second
+	// The faulty-node hot key (faultyhot): the last node is paused or slowed; the Caddy
+	// sites "n5f" reach it through a toxiproxy proxy (for the slow windows), the others
+	// directly.
+	var fx *faultEnv
+	if want("faultyhot") {
+		fx = &faultEnv{node: nodes[len(nodes)-1]}
+		p, err := startSlowProxy("slow-node", fx.node.addr())
+		if err != nil {
+			fail("faulty-node proxy", err)
+		} else {
+			fx.proxy = p
+			defer p.stop()
+		}
+	}
 	progress("starting front ends...\n")
 	var overhead, hot []httpVariant
+	var faulty []faultyVariant
 	if caddyBin != "" {
 		sites := []caddySite{{name: "plain"}, {name: "n1", redis: urls(nodes[:1]), wait: wait},
 			{name: "n3", redis: urls(nodes[:3]), wait: wait}, {name: "n5", redis: urls(nodes), wait: wait}}
+		if fx != nil && fx.proxy != nil {
+			sites = append(sites, caddySite{name: "n5f", redis: append(urls(nodes[:len(nodes)-1]), fx.proxy.url()), wait: wait})
+		}
+		faultyCaddy := func(name string, a, b *frontend) {
+			if fx != nil && fx.proxy != nil {
+				faulty = faultyVariants(faulty, httpVariant{name: name, kind: "caddy", locked: true, n: 5, inner: redlockInner,
+					targets: []*httpTarget{target(a, "n5f"), target(b, "n5f")}}, true)
+			}
+		}
 		a := start(startCaddy(caddyBin, dir, "caddy-a", up.addr, sites))
 		b := start(startCaddy(caddyBin, dir, "caddy-b", up.addr, sites))
 		if a != nil && b != nil {
@@ -65,6 +89,7 @@ func runHTTP(res *results, f flags, cfg config, dir, caddyBin string, up *upstre
 				// upstream's timing; here the client's own round trip is in the gap too).
 				httpVariant{name: nameCaddyPlain + ", 1 client in series", kind: "caddy", clients: 1,
 					targets: []*httpTarget{target(a, "plain")}})
+			faultyCaddy(nameCaddyRedlock+", N=5", a, b)
 			if f.compare != "" {
 				ca := start(startCaddy(f.compare, dir, "caddy-cmp-a", up.addr, sites))
 				cb := start(startCaddy(f.compare, dir, "caddy-cmp-b", up.addr, sites))
@@ -75,12 +100,13 @@ func runHTTP(res *results, f flags, cfg config, dir, caddyBin string, up *upstre
 						inner: redlockInner, targets: []*httpTarget{target(ca, "n5"), target(cb, "n5")}},
 						httpVariant{name: nameCompare + nameCaddyRedlock + ", N=5, 1 instance", kind: "caddy", locked: true, n: 5,
 							inner: redlockInner, targets: []*httpTarget{target(ca, "n5")}})
+					faultyCaddy(nameCompare+nameCaddyRedlock+", N=5", ca, cb)
 				}
 			}
 		}
 	}
 	if f.noRS {
-		runProxyPhases(res, f, cfg, up, nodes, want, fail, overhead, hot)
+		runProxyPhases(res, f, cfg, up, nodes, want, fail, overhead, hot, faulty, fx)
 		return
 	}
 	goPlain := start(startProxy(dir, up.addr, proxyOpts{name: "go-plain", wait: wait}))
@@ -106,19 +132,28 @@ func runHTTP(res *results, f flags, cfg config, dir, caddyBin string, up *upstre
 	if rs[5] != nil && rsB != nil {
 		hot = append(hot, httpVariant{name: nameRedsync + ", N=5", kind: "go", locked: true, n: 5, inner: redsyncInner,
 			targets: []*httpTarget{target(rs[5], "main"), target(rsB, "main")}})
+		if fx != nil { // its nodes are direct: paused only (the 734 -> 16/s)
+			faulty = faultyVariants(faulty, httpVariant{name: nameRedsync + ", N=5", kind: "go", locked: true, n: 5,
+				inner: redsyncInner, targets: []*httpTarget{target(rs[5], "main"), target(rsB, "main")}}, false)
+		}
 	}
 	if tA != nil && tB != nil {
 		hot = append(hot, httpVariant{name: nameRedsyncTuned + ", N=5", kind: "go", locked: true, n: 5, inner: redsyncInner,
 			targets: []*httpTarget{target(tA, "main"), target(tB, "main")}})
 	}
-	runProxyPhases(res, f, cfg, up, nodes, want, fail, overhead, hot)
+	runProxyPhases(res, f, cfg, up, nodes, want, fail, overhead, hot, faulty, fx)
 }
 
-// runProxyPhases measures the variants (items 3, 4, 5) and profiles Caddy if asked.
+// runProxyPhases measures the variants (items 3, 4, 4c, 5) and profiles Caddy if asked.
 func runProxyPhases(res *results, f flags, cfg config, up *upstream, nodes []*redisNode,
-	want func(string) bool, fail func(string, error), overhead, hot []httpVariant) {
+	want func(string) bool, fail func(string, error), overhead, hot []httpVariant, faulty []faultyVariant, fx *faultEnv) {
 	defer func() {
 		for _, v := range append(overhead, hot...) {
+			for _, t := range v.targets {
+				t.close()
+			}
+		}
+		for _, v := range faulty {
 			for _, t := range v.targets {
 				t.close()
 			}
@@ -141,6 +176,14 @@ func runProxyPhases(res *results, f flags, cfg config, up *upstream, nodes []*re
 			fail("hot key", err)
 		}
 		noteBackground(res, "4. hot key", bg)
+	}
+	if want("faultyhot") && len(faulty) > 0 && fx != nil {
+		progress("4c. hot key with a faulty node (%d variants × %d rounds × %v)...\n", len(faulty), cfg.HotRounds, cfg.FaultyDur)
+		bg := newBGMeter()
+		if res.FaultyHot, err = measureFaultyHot(faulty, up, fx, cfg); err != nil {
+			fail("hot key, faulty node", err)
+		}
+		noteBackground(res, "4c. hot key, faulty node", bg)
 	}
 	if f.profile != "" && len(overhead) > 0 && len(hot) > 0 && overhead[0].kind == "caddy" {
 		progress("profiling Caddy...\n")

@@ -48,6 +48,23 @@ func (r *results) tables() []*table {
 		}
 		ts = append(ts, t)
 	}
+	if len(r.FaultyHot) > 0 {
+		t := &table{title: fmt.Sprintf("4c. Hot key with a faulty minority node: as 4 (hold %v, %d clients over 2 instances, N=5), node 5 paused or slow for the whole window",
+			r.Settings.Hold, r.Settings.HotClients),
+			head: []string{"front end, node 5", "req/s", "vs all up", "of ideal", "key busy", "gap/handoff", "p50", "p99", "max",
+				"per instance", "client min-max", "overtaken", "errors", "viol"},
+			notes: []string{"paused: SIGSTOP for the whole window (resumed after it); slow: every reply of node 5 delayed " + slowLatency.String() +
+				" (3× node_timeout) by toxiproxy in front of it.",
+				"vs all up: req/s over the same front end's all-up row of this run (alternated windows; each after a " +
+					r.Settings.Warmup.String() + " lead-in under the fault). The Caddy sites of this phase reach node 5 through the proxy."}}
+		for _, x := range r.FaultyHot {
+			t.add(x.Name, fmt.Sprintf("%.0f", x.RPS), fmt.Sprintf("%.2f×", x.Ratio), fmt.Sprintf("%.0f%%", 100*x.OfIdeal),
+				fmt.Sprintf("%.0f%%", 100*x.KeyBusy), fus(x.Gap), fus(x.Lat.P50), fus(x.Lat.P99), fus(x.Lat.Max),
+				joinInts(x.PerInstance, ":"), fmt.Sprintf("%d-%d", x.ClientMin, x.ClientMax), fmt.Sprintf("%.0f%%", 100*x.Overtaken.Fraction),
+				fmt.Sprint(x.Errors), fmt.Sprint(x.Violations))
+		}
+		ts = append(ts, t)
+	}
 	if len(r.HotLib) > 0 {
 		t := &table{title: fmt.Sprintf("4b. Hot key at library level: 2 clients × 8 workers, hold %v, N=5 (no HTTP)", r.Settings.Hold),
 			head: []string{"client", "holds/s", "of ideal", "key busy", "wait p50", "wait p99", "wait max", "per client", "errors", "viol"}}
@@ -82,7 +99,7 @@ func (r *results) tables() []*table {
 		ts = append(ts, t)
 	}
 	if len(r.Targets) > 0 {
-		t := &table{title: "Targets of issue 6", head: []string{"target", "this run", "met"}, left: true}
+		t := &table{title: "Targets of issues 6 and 16", head: []string{"target", "this run", "met"}, left: true}
 		for _, c := range r.Targets {
 			m := "not measured"
 			if c.Met != nil {

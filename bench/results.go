@@ -19,6 +19,7 @@ type results struct {
 	Overhead    []httpRow     `json:"through_proxy_unique_keys"`
 	Hot         []hotRow      `json:"hot_key"`
 	HotLib      []hotLibRow   `json:"hot_key_library"`
+	FaultyHot   []faultyRow   `json:"hot_key_faulty_node"`
 	Waiters     []waitRow     `json:"waiters"`
 	Targets     []targetCheck `json:"targets"`
 	Violations  int64         `json:"violations"`

@@ -5,7 +5,7 @@ import (
 	"strings"
 )
 
-// checkTargets compares the run with the targets of issue 6.
+// checkTargets compares the run with the targets of issues 6 and 16.
 func (r *results) checkTargets() {
 	find := func(rows []latRow, name string) *latRow {
 		for i := range rows {
@@ -96,6 +96,30 @@ func (r *results) checkTargets() {
 		// request (2N); local handoffs bring it far below.
 		add("hot key: Redis commands per handoff bounded (≤ uncontended 2N = 10)", fmt.Sprintf("%.2f network commands per request: %s", red.Cmds.TopLevel, red.Cmds.short()),
 			yes(red.Cmds.Requests > 0 && red.Cmds.TopLevel <= 10.05))
+	}
+	// Issue 16, item 4: a paused or slow minority node does not throttle the hot key.
+	for _, fault := range []string{faultPaused, faultSlow} {
+		var row *faultyRow
+		var others []string
+		for i := range r.FaultyHot {
+			x := &r.FaultyHot[i]
+			switch {
+			case x.Fault != fault:
+			case x.Name == nameCaddyRedlock+", N=5, "+fault:
+				row = x
+			default: // the -compare build and redsync: shown, not checked
+				others = append(others, fmt.Sprintf("%s %.2f×", x.Name, x.Ratio))
+			}
+		}
+		if row == nil {
+			continue
+		}
+		v := fmt.Sprintf("%.2f× (%.0f vs %.0f req/s)", row.Ratio, row.RPS, row.AllUp)
+		if len(others) > 0 {
+			v += "; " + strings.Join(others, "; ")
+		}
+		add(fmt.Sprintf("hot key, %s node: ≥ 0.8× all-up throughput", map[string]string{faultPaused: "paused", faultSlow: "slow (3× node_timeout)"}[fault]),
+			v, yes(row.Ratio >= 0.8))
 	}
 	for _, w := range r.Waiters {
 		if strings.HasPrefix(w.Name, nameCaddyRedlock) {
