@@ -87,6 +87,11 @@ func exerciseFeatures(t *testing.T, urls []string, opt Options) {
 	if _, err := b.Acquire(ctx, "forced", AcquireOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	// The acquire returned at a quorum; its last SET may still be on the way.
+	eventually(t, "forced on every node", func() bool {
+		st, err := a.Inspect(ctx, "forced")
+		return err == nil && st.Present == len(urls)
+	})
 	if n, err := a.ForceRelease(ctx, "forced"); err != nil || n != len(urls) {
 		t.Fatalf("ForceRelease = %d, %v", n, err)
 	}
