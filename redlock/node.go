@@ -2,6 +2,7 @@ package redlock
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"strconv"
@@ -29,6 +30,11 @@ type node struct {
 	// said; read without mu (Client.bound, voting.go).
 	bound  atomic.Int64
 	probed probeState // permission probe (probe.go)
+	// silent: the node's last command got no answer at all (a timeout, a refused or
+	// broken connection), as opposed to a reply or a Redis error. An acquire round does
+	// not wait for a silent node to decide (round.decisiveLocked). Cleared by the next
+	// answer; read without mu.
+	silent atomic.Bool
 
 	mu          sync.Mutex
 	up          bool
@@ -229,6 +235,8 @@ func (n *node) record(op string, rtt time.Duration, err error) {
 	if obs := n.c.opt.Observer; obs != nil {
 		obs.NodeCall(n.addr, op, rtt, err)
 	}
+	var answer redis.Error
+	n.silent.Store(err != nil && !errors.As(err, &answer))
 	if err == nil {
 		return
 	}

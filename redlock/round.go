@@ -41,6 +41,13 @@ func (r *round) add(rep nodeReply) {
 // (a young node's grant votes only on a fresh start), or more refusals and failures than
 // a quorum can spare. A young node's grant that does not vote yet is neither: it may
 // still, as more nodes are seen.
+//
+// A node that is silent (its last command got no answer: paused, unreachable) and has not
+// replied yet counts as a refusal: waiting for it would cost every split round (say 2
+// grants and 2 refusals of 5, two instances contending for a hot key) a whole node
+// timeout, for a vote that is not coming. Counting a possible grant as a refusal can only
+// fail a round, never win one: safe. Its reply, if it comes, is still counted by the
+// tally, and its next answer clears it.
 func (r *round) decisiveLocked() bool {
 	c := r.c
 	votes, no := 0, 0
@@ -53,7 +60,24 @@ func (r *round) decisiveLocked() bool {
 			no++
 		}
 	}
-	return votes >= c.quorum || no > len(c.nodes)-c.quorum
+	if votes >= c.quorum || no > len(c.nodes)-c.quorum {
+		return true
+	}
+	for i, nd := range c.nodes {
+		if nd.silent.Load() && !r.repliedLocked(i) {
+			no++
+		}
+	}
+	return no > len(c.nodes)-c.quorum
+}
+
+func (r *round) repliedLocked(idx int) bool {
+	for _, rep := range r.replies {
+		if rep.idx == idx {
+			return true
+		}
+	}
+	return false
 }
 
 // snapshot returns the replies received so far.

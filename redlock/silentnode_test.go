@@ -2,6 +2,7 @@ package redlock
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -56,5 +57,37 @@ func TestReleaseDoesNotWaitForSilentNode(t *testing.T) {
 		if err := servers[4].Resume(); err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// A round that a silent node cannot decide either way (2 grants and 2 refusals of 5,
+// as when two instances contend for a hot key) is decided without waiting for the silent
+// node: it fails at once and is retried, instead of costing a node timeout.
+func TestSplitRoundDoesNotWaitForSilentNode(t *testing.T) {
+	servers := redistest.StartN(t, 5)
+	opt := fastOptions()
+	opt.NodeTimeout = 1500 * time.Millisecond
+	opt.TTL = 5 * time.Second
+	c := newTestClient(t, servers, opt)
+	ctx := context.Background()
+	l, err := c.Acquire(ctx, "warm", AcquireOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = l.Release(ctx)
+	if err := servers[4].Pause(); err != nil {
+		t.Fatal(err)
+	}
+	defer servers[4].Resume()
+	eventually(t, "node 4 known silent", func() bool { return c.nodes[4].silent.Load() })
+	rawSet(t, servers[0], "split", "other", 5*time.Second)
+	rawSet(t, servers[1], "split", "other", 5*time.Second)
+	start := time.Now()
+	_, err = c.Acquire(ctx, "split", AcquireOptions{})
+	if !errors.Is(err, ErrBusy) {
+		t.Fatalf("split round: %v, want busy", err)
+	}
+	if took := time.Since(start); took > opt.NodeTimeout/2 {
+		t.Fatalf("a split round took %v: it waited for the silent node (timeout %v)", took, opt.NodeTimeout)
 	}
 }
