@@ -27,8 +27,9 @@
 // b > a.
 //
 // Each node keeps a counter per key. When a node grants a lock with fencing on, it takes
-// t = max(counter+1, now_µs), or the client's proposal p instead when t <= p <= now_µs +
-// lead; it sets counter to t (plus the handoff reserve, below) and returns t. The token is
+// the client's proposal p when p >= counter+1 and |p - now_µs| <= lead, else
+// t = max(counter+1, now_µs); it sets counter to t (plus the handoff reserve, below) and
+// returns t. The token is
 // the maximum over the quorum G that granted (the votes counted). Before Acquire returns,
 // a quorum C must keep counter >= token, and only while the key held A's value there:
 //   - if every node of G returned the same t, C = G already (one round trip: fencing.go);
@@ -39,8 +40,8 @@
 // counter_x reached a while x held A's value; B's grant on x needed the key to be absent,
 // so it ran later, when counter_x >= a already. B's grant set counter_x to at least a+1,
 // and b = max over G_B >= counter_x > a. Pauses and expiry don't matter: the order on x is
-// fixed by x itself (one script runs at a time). The proposal never lowers a token: a
-// node takes it only when it is at least what the node would give anyway.
+// fixed by x itself (one script runs at a time). Every grant is above the node's counter,
+// whichever way it was chosen.
 //
 // Local handoffs (handoff.go) hand the lock to the next waiter of the same Client with
 // token+1, without a round trip. That stays inside the claim when every node of C keeps
@@ -65,14 +66,16 @@
 // of its clock (lead <= 100ms and <= a quarter of the quarantine, fencing.go), and keeps
 // the reserve K only when its token is within lead of its clock. So every counter is at
 // most lead + K above the clock of the node that wrote it, plus one per grant made while
-// it was further ahead; a counter ahead of the clocks moves by those single steps only,
+// it was further ahead; and a restarted (or expired) counter starts at least at
+// now_µs - lead, which the quarantine puts above every earlier token (it is at least
+// 4 x lead: a restarted node's clock has moved on by more than 2 x lead + K); a counter ahead of the clocks moves by those single steps only,
 // which the clocks overtake (each grant of a key follows the previous holder's release,
 // at least a round trip later). Commits raise counters to a token, never above it, and
 // keep no reserve. Without these bounds a hot key granted faster than one grant per K µs
 // would push its counters ahead by a reserve per grant, without end, and a client with a
 // wrong clock could push them anywhere; a restarted node's clock would then start below
 // tokens already issued. The condition the README states: node clocks differ by less
-// than the quarantine minus lead + K.
+// than the quarantine minus 2 x lead + K.
 //
 // # Restart quarantine across clients
 //

@@ -12,8 +12,8 @@ import "github.com/redis/go-redis/v9"
 // acquireScript: KEYS[1] lock, KEYS[2] fencing counter.
 // ARGV[1] value, ARGV[2] ttl ms, ARGV[3] owner prefix, ARGV[4] "1" for fencing, ARGV[5]
 // counter ttl ms, ARGV[6] this attempt's number (the value is owner prefix .. attempt);
-// with fencing ARGV[7] the proposed token, ARGV[8] the largest lead over the node's clock
-// it may have (µs), ARGV[9] the handoff reserve.
+// with fencing ARGV[7] the proposed token, ARGV[8] how far from the node's clock it may
+// be (µs, either side), ARGV[9] the handoff reserve.
 // The key is taken when absent or when it holds the value of an EARLIER attempt of the
 // same Acquire call (a reply was lost or a round failed), so a retry is never blocked by
 // its own leftovers, while a late release of that earlier attempt (which compares the
@@ -28,10 +28,11 @@ import "github.com/redis/go-redis/v9"
 // another type (nobody else writes under our NUL-suffixed names) counts as missing and
 // is overwritten: it starts from the clock.
 //
-// Fencing (doc.go): the token is max(counter+1, node time in µs), so a counter lost in a
-// restart or expired for disuse restarts from the clock, above every token issued before;
-// the client's proposal replaces it when it is not lower and not more than the lead ahead
-// of the node's clock (a client whose clock is wrong only loses the one-round fast path).
+// Fencing (doc.go): the token is the client's proposal when that is above the counter
+// and within the lead of the node's clock (either side), else max(counter+1, node time
+// in µs). So a counter lost in a restart or expired for disuse restarts near the clock,
+// above every token issued before the quarantine; a client whose clock is wrong only
+// loses the one-round fast path.
 // The counter then keeps token + reserve, the reserve only while the token is within the
 // lead of the clock, so that counters never run further ahead. Grants return
 // {1, token, 1 if reserved}; busy {0, PTTL}.
@@ -52,10 +53,13 @@ if ARGV[4] == '1' then
   local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
   local lead = tonumber(ARGV[8])
   local cv = redis.pcall('GET', KEYS[2])
-  token = ((type(cv) == 'string' and tonumber(cv)) or 0) + 1
-  if now > token then token = now end
+  local floor = ((type(cv) == 'string' and tonumber(cv)) or 0) + 1
   local p = tonumber(ARGV[7])
-  if p >= token and p <= now + lead then token = p end
+  if p >= floor and p >= now - lead and p <= now + lead then
+    token = p
+  else
+    token = math.max(floor, now)
+  end
   local stored = token
   if token <= now + lead then
     stored = token + tonumber(ARGV[9])
