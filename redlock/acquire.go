@@ -337,9 +337,20 @@ func (c *Client) sendRound(ctx context.Context, nm names, owner string, attempt 
 	return rd
 }
 
-// tallyRound sorts a decided round's replies into votes, refusals and failures.
+// tallyRound sorts a decided round's replies into votes, refusals and failures. A silent
+// node that has not replied (the round did not wait for it: round.decisiveLocked) is a
+// failure: with enough of them the nodes are unavailable, not the key busy.
 func (c *Client) tallyRound(replies []nodeReply) tally {
 	t := tally{answered: make([]bool, len(c.nodes)), same: true, reserved: true}
+	replied := make([]bool, len(c.nodes))
+	for _, r := range replies {
+		replied[r.idx] = true
+	}
+	for i, nd := range c.nodes {
+		if !replied[i] && nd.silent.Load() {
+			t.errs = append(t.errs, NodeError{Node: nd.addr, Err: silentErr{nd.status().LastError}})
+		}
+	}
 	for _, r := range replies {
 		switch {
 		case r.ok && !c.votes(r):

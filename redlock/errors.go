@@ -1,9 +1,13 @@
 package redlock
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"strings"
+	"syscall"
 	"time"
 )
 
@@ -83,6 +87,25 @@ const (
 	LostMaxHold       = "max_hold"       // the hold reached max_hold
 	LostForceReleased = "force_released" // an operator force-released the key
 )
+
+// silentErr stands for the reply of a node the round did not wait for: its last command
+// got no answer at all (last says why).
+type silentErr struct{ last string }
+
+func (e silentErr) Error() string { return "not answering: " + e.last }
+
+// noAnswer reports whether err means the node did not answer at all: a timeout, a
+// refused, reset or closed connection. A Redis error reply, garbage, or a TLS or
+// authentication failure is an answer of sorts: rounds wait for those as for any reply.
+func noAnswer(err error) bool {
+	if err == nil {
+		return false
+	}
+	var ne net.Error
+	return errors.As(err, &ne) || errors.Is(err, context.DeadlineExceeded) ||
+		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNREFUSED) ||
+		errors.Is(err, syscall.ECONNRESET)
+}
 
 // quarantinedErr marks a node that may not vote yet after a restart.
 type quarantinedErr struct{ until time.Time }

@@ -2,7 +2,6 @@ package redlock
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"strconv"
@@ -31,7 +30,7 @@ type node struct {
 	bound  atomic.Int64
 	probed probeState // permission probe (probe.go)
 	// silent: the node's last command got no answer at all (a timeout, a refused or
-	// broken connection), as opposed to a reply or a Redis error. An acquire round does
+	// broken connection: noAnswer), as opposed to a reply, a Redis error or garbage. An acquire round does
 	// not wait for a silent node to decide (round.decisiveLocked). Cleared by the next
 	// answer; read without mu.
 	silent atomic.Bool
@@ -235,8 +234,7 @@ func (n *node) record(op string, rtt time.Duration, err error) {
 	if obs := n.c.opt.Observer; obs != nil {
 		obs.NodeCall(n.addr, op, rtt, err)
 	}
-	var answer redis.Error
-	n.silent.Store(err != nil && !errors.As(err, &answer))
+	n.silent.Store(noAnswer(err))
 	if err == nil {
 		return
 	}
