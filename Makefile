@@ -1,14 +1,18 @@
 # The README names these targets; keep them in sync.
 GO ?= go
 
-.PHONY: test vet fuzz-short build demo demo-check bench bench-lib
+.PHONY: test deps vet fuzz-short build demo demo-check bench bench-lib
 
 ## test: what CI runs: formatting, vet (all three modules), the race-enabled test suite,
 ## short fuzz runs and the short chaos suite.
-test: vet
+test: deps vet
 	$(GO) test -race -count=1 -timeout 20m ./...
 	$(MAKE) fuzz-short
 	$(MAKE) chaos-short
+
+## deps: the Debian packages the tests run (real Redis, real Prometheus), if missing.
+deps:
+	bash scripts/need.sh redis-server prometheus
 
 vet:
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \

@@ -44,24 +44,8 @@ trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-# install PKG...: apt-get install, as root or through sudo.
-install() {
-  local sudo=""
-  if [[ $(id -u) != 0 ]]; then
-    command -v sudo >/dev/null || { echo "please install: $* (apt-get install -y $*)" >&2; exit 1; }
-    sudo=sudo
-  fi
-  command -v apt-get >/dev/null || { echo "please install: $* (no apt-get here)" >&2; exit 1; }
-  log "installing $* with apt-get"
-  $sudo apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "$@" >/dev/null
-}
-
 command -v go >/dev/null || { echo "Go is required (https://go.dev/dl/)" >&2; exit 1; }
-need=()
-command -v redis-server >/dev/null || need+=(redis-server)
-command -v curl >/dev/null || need+=(curl)
-((${#need[@]})) && install "${need[@]}"
+bash "$(dirname "$0")/../scripts/need.sh" redis-server curl
 
 port_busy() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 for p in "${REDIS_PORTS[@]}" "${CADDY_PORTS[@]}" "${ADMIN_PORTS[@]}" "${UPSTREAM##*:}"; do
