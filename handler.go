@@ -130,9 +130,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 // still be working on it. Its lock, if still held, is therefore kept, renewed, for one
 // more ttl (state "draining") before it is released, so that the next holder does not
 // overlap a straggler. A request that completed, failed with a client error (4xx, and no
-// request body) or
-// panicked releases at once: to the next waiting request of this instance right here when that
-// costs no round trip (Lock.HandOver), else in the background.
+// request body) or panicked releases at once: to the next waiting request of this
+// instance right here when that costs no round trip (Lock.HandOver), else in the
+// background.
 func (h *Handler) finish(l *redlock.Lock, e *inflight, r *http.Request, aborted bool) {
 	if !aborted && l.HandOver() {
 		// The next request of this instance waiting for the key has the lock now, with no
@@ -222,14 +222,10 @@ func (h *Handler) acquireFailed(w http.ResponseWriter, r *http.Request, next cad
 			zap.Int("attempts", busy.Attempts), zap.Int("status", h.s.busyStatus))
 		w.Header().Set("Retry-After", retryAfter(busy.RetryAfter))
 		return caddyhttp.Error(h.s.busyStatus, fmt.Errorf("redlock: key %q still busy after waiting %v: %w", key, wait.Round(time.Millisecond), err))
-	case errors.Is(err, redlock.ErrClosed):
-		// The locker was closed under this handler: a shutdown, not a Redis outage. Never
-		// a reason to serve unlocked, whatever on_unavailable says.
-		countAcquire(resultUnavailable, wait)
-		w.Header().Set("Retry-After", "1")
-		return caddyhttp.Error(http.StatusServiceUnavailable, fmt.Errorf("redlock: key %q: %w", key, err))
-	case errors.Is(err, redlock.ErrUnavailable):
-		if h.s.bypass {
+	case errors.Is(err, redlock.ErrUnavailable), errors.Is(err, redlock.ErrClosed):
+		// A closed locker (ErrClosed) is a shutdown, not a Redis outage: never a reason to
+		// serve unlocked, whatever on_unavailable says.
+		if h.s.bypass && !errors.Is(err, redlock.ErrClosed) {
 			countAcquire(resultBypassed, wait)
 			h.logger.Warn("no Redis quorum: serving the request UNLOCKED (on_unavailable bypass)",
 				zap.String("key", key), zap.String("method", r.Method), zap.String("uri", r.RequestURI), zap.Error(err))

@@ -3,6 +3,7 @@ package redlock
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -19,8 +20,10 @@ type queues struct {
 	// forceSeq numbers force releases; forced remembers, per key, the latest one for
 	// forcedMemory, so that an acquire round can tell whether a force on its key began
 	// since the round did (forcedSince).
-	forceSeq uint64
-	forced   map[string]forceMark
+	// Both atomics are written under mu, and read without it on the hot path (every
+	// acquire round and release asks): forcingN counts force releases under way.
+	forceSeq, forcingN atomic.Uint64
+	forced             map[string]forceMark
 }
 
 type forceMark struct {
@@ -63,31 +66,42 @@ func (qs *queues) beginForce(key string) {
 	qs.mu.Lock()
 	defer qs.mu.Unlock()
 	qs.forcing[key]++
-	qs.forceSeq++
+	qs.forcingN.Add(1)
+	seq := qs.forceSeq.Add(1)
 	now := time.Now()
 	for k, m := range qs.forced {
 		if now.Sub(m.at) > forcedMemory {
 			delete(qs.forced, k)
 		}
 	}
-	qs.forced[key] = forceMark{seq: qs.forceSeq, at: now}
+	qs.forced[key] = forceMark{seq: seq, at: now}
 }
 
 // forceNow returns the force sequence number now, for forcedSince. A force release of
 // key under way counts as one that begins later: its deletes may still come.
 func (qs *queues) forceNow(key string) uint64 {
+	if qs.forcingN.Load() == 0 {
+		return qs.forceSeq.Load() // a force beginning now gets a larger number
+	}
 	qs.mu.Lock()
 	defer qs.mu.Unlock()
 	if qs.forcing[key] > 0 {
 		return qs.forced[key].seq - 1
 	}
-	return qs.forceSeq
+	return qs.forceSeq.Load()
 }
 
 // forcedSince reports whether a force release of key began after seq (forceNow).
 func (qs *queues) forcedSince(key string, seq uint64) bool {
+	if qs.forceSeq.Load() <= seq {
+		return false // no force release of any key began since
+	}
 	qs.mu.Lock()
 	defer qs.mu.Unlock()
+	return qs.forcedSinceLocked(key, seq)
+}
+
+func (qs *queues) forcedSinceLocked(key string, seq uint64) bool {
 	m, ok := qs.forced[key]
 	return ok && m.seq > seq
 }
@@ -97,6 +111,7 @@ func (qs *queues) endForce(key string) {
 	if qs.forcing[key]--; qs.forcing[key] <= 0 {
 		delete(qs.forcing, key)
 	}
+	qs.forcingN.Add(^uint64(0))
 	qs.mu.Unlock()
 }
 
@@ -180,7 +195,7 @@ func (qs *queues) handTo(q *keyQueue, l *Lock, forces uint64, accept func(waiter
 	if len(q.waiters) == 0 || !accept(q.waiters[0]) || qs.forcing[q.key] > 0 {
 		return false
 	}
-	if m, ok := qs.forced[q.key]; ok && m.seq > forces {
+	if qs.forcedSinceLocked(q.key, forces) {
 		return false // a force release began since the lock was ended here
 	}
 	next := q.waiters[0]
