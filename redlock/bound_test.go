@@ -19,6 +19,39 @@ func rawSet(t testing.TB, s *redistest.Server, key, value string, ttl time.Durat
 	}
 }
 
+// holdThenRestartNode0: node 2 holds a stray value for "shared" (500ms left); a takes the
+// key on nodes 0 and 1 and keeps it alive; node 0 then restarts without its data.
+func holdThenRestartNode0(t *testing.T, a *Client, servers []*redistest.Server) *Lock {
+	t.Helper()
+	ctx := context.Background()
+	rawSet(t, servers[2], "shared", "stray", 500*time.Millisecond)
+	la, err := a.Acquire(ctx, "shared", AcquireOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = la.Release(ctx) })
+	if err := la.KeepAlive(time.Second, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := servers[0].Restart(); err != nil {
+		t.Fatal(err)
+	}
+	return la
+}
+
+// wantNoSecondHolder: b tries "shared" for 2s (past the stray's expiry and b's own ttl)
+// and must not get it while la is valid.
+func wantNoSecondHolder(t *testing.T, b *Client, la *Lock) {
+	t.Helper()
+	ctx := context.Background()
+	if lb, err := b.Acquire(ctx, "shared", AcquireOptions{Wait: 2 * time.Second}); err == nil {
+		defer lb.Release(ctx)
+		if la.Validity() > 0 {
+			t.Fatalf("B acquired while A's lock is valid for %v more: two holders", la.Validity())
+		}
+	}
+}
+
 // The restart quarantine must cover the longest ttl ANY client uses on the nodes, not
 // this client's own. Node 2 holds a stray value for the key; A (ttl 3s) holds nodes 0
 // and 1; node 0 restarts empty. B (ttl 500ms) saw the restart. Were B to quarantine node
@@ -38,28 +71,10 @@ func TestQuarantineCoversOtherClientsTTL(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 
-	ctx := context.Background()
-	rawSet(t, servers[2], "shared", "stray", 500*time.Millisecond)
-	la, err := a.Acquire(ctx, "shared", AcquireOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer la.Release(ctx)
-	if err := la.KeepAlive(time.Second, 0); err != nil {
-		t.Fatal(err)
-	}
-	if err := servers[0].Restart(); err != nil {
-		t.Fatal(err)
-	}
+	la := holdThenRestartNode0(t, a, servers)
 	eventually(t, "B sees node 0 restart", func() bool { return !b.Nodes()[0].QuarantinedUntil.IsZero() })
 	// Tries for 2s, well past the stray's expiry and B's own ttl.
-	lb, err := b.Acquire(ctx, "shared", AcquireOptions{Wait: 2 * time.Second})
-	if err == nil {
-		defer lb.Release(ctx)
-		if la.Validity() > 0 {
-			t.Fatalf("B acquired while A's lock is valid for %v more: two holders", la.Validity())
-		}
-	}
+	wantNoSecondHolder(t, b, la)
 	if b.bound() != optA.TTL {
 		t.Fatalf("B's bound is %v, want A's ttl %v", b.bound(), optA.TTL)
 	}
@@ -75,29 +90,11 @@ func TestYoungNodeHoldBackCoversOtherClientsTTL(t *testing.T) {
 	// Let the nodes age past A's quarantine and apart from node 0's coming restart, so
 	// that node 0 alone will be young (not a fresh start).
 	time.Sleep(optA.TTL + startedTogether + time.Second)
-	ctx := context.Background()
-	rawSet(t, servers[2], "shared", "stray", 500*time.Millisecond)
-	la, err := a.Acquire(ctx, "shared", AcquireOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer la.Release(ctx)
-	if err := la.KeepAlive(time.Second, 0); err != nil {
-		t.Fatal(err)
-	}
-	if err := servers[0].Restart(); err != nil {
-		t.Fatal(err)
-	}
+	la := holdThenRestartNode0(t, a, servers)
 	optB := fastOptions()
 	optB.TTL = 500 * time.Millisecond
 	b := newTestClient(t, servers, optB)
-	lb, err := b.Acquire(ctx, "shared", AcquireOptions{Wait: 2 * time.Second})
-	if err == nil {
-		defer lb.Release(ctx)
-		if la.Validity() > 0 {
-			t.Fatalf("new client B acquired while A's lock is valid for %v more: two holders", la.Validity())
-		}
-	}
+	wantNoSecondHolder(t, b, la)
 	if b.bound() != optA.TTL {
 		t.Fatalf("B's bound is %v, want A's ttl %v", b.bound(), optA.TTL)
 	}

@@ -59,11 +59,21 @@ func (c *Client) quarantine() time.Duration {
 }
 
 // restarted reports whether the node is in the quarantine of a restart this client saw.
-func (n *node) restarted(now time.Time) bool {
+func (n *node) restarted(now time.Time) bool { return !n.restartUntil(now).IsZero() }
+
+// restartUntil returns when the quarantine of a restart this client saw ends, if that
+// is still ahead, else zero.
+func (n *node) restartUntil(now time.Time) time.Time {
 	n.mu.Lock()
 	seen := n.restartSeen
 	n.mu.Unlock()
-	return !seen.IsZero() && now.Before(seen.Add(n.c.quarantine()))
+	if seen.IsZero() {
+		return time.Time{}
+	}
+	if until := seen.Add(n.c.quarantine()); now.Before(until) {
+		return until
+	}
+	return time.Time{}
 }
 
 // youngUntil returns when a quarantine after the node's start ends, if that is still
@@ -81,13 +91,8 @@ func (n *node) youngUntil(now time.Time) time.Time {
 
 // quarantinedUntil returns a non-zero time while the node may not vote at all.
 func (n *node) quarantinedUntil(now time.Time) time.Time {
-	n.mu.Lock()
-	seen := n.restartSeen
-	n.mu.Unlock()
-	if !seen.IsZero() {
-		if until := seen.Add(n.c.quarantine()); now.Before(until) {
-			return until
-		}
+	if until := n.restartUntil(now); !until.IsZero() {
+		return until
 	}
 	if young := n.youngUntil(now); !young.IsZero() && !n.c.freshStart(n) {
 		return young
