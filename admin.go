@@ -70,8 +70,10 @@ func millis(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
 // lockJSON is one entry of GET /redlock/locks.
 type lockJSON struct {
-	Key        string    `json:"key"`
-	State      string    `json:"state"` // waiting, held, draining
+	Key        string    `json:"key"`            // several keys: in lock order, joined by a space
+	Keys       []string  `json:"keys,omitempty"` // several keys: each, in lock order
+	Mode       string    `json:"mode"`           // exclusive, shared or limit
+	State      string    `json:"state"`          // waiting, held, draining
 	Locker     string    `json:"locker"`
 	Since      time.Time `json:"since"` // the request arrived (started waiting)
 	HeldSince  time.Time `json:"held_since,omitzero"`
@@ -79,7 +81,8 @@ type lockJSON struct {
 	HeldMS     int64     `json:"held_ms"`     // held so far; 0 while waiting
 	ValidityMS int64     `json:"validity_ms"` // safe time left without a renewal; 0 while waiting, once lost or released
 	Renewals   int       `json:"renewals"`
-	Token      int64     `json:"token,omitempty"` // fencing token, with fencing on
+	Token      int64     `json:"token,omitempty"`  // fencing token, with fencing on (several keys: the first key's)
+	Tokens     string    `json:"tokens,omitempty"` // several keys with fencing: key=token pairs, as the header carries them
 	Method     string    `json:"method"`
 	URI        string    `json:"uri"`
 	RemoteAddr string    `json:"remote_addr"`
@@ -108,8 +111,9 @@ func (a *AdminAPI) handleLocks(w http.ResponseWriter, r *http.Request) error {
 	}
 	out := locksJSON{Locks: make([]lockJSON, 0, len(reqs))}
 	for _, ri := range reqs {
-		lj := lockJSON{Key: ri.Key, State: ri.State, Locker: ri.Locker, Since: ri.Since, HeldSince: ri.HeldSince,
-			ValidityMS: ri.Validity.Milliseconds(), Renewals: ri.Renewals, Token: ri.Token, Method: ri.Method,
+		lj := lockJSON{Key: ri.Key, Keys: ri.Keys, Mode: ri.Mode, State: ri.State, Locker: ri.Locker, Since: ri.Since,
+			HeldSince: ri.HeldSince, ValidityMS: ri.Validity.Milliseconds(), Renewals: ri.Renewals, Token: ri.Token,
+			Tokens: ri.Tokens, Method: ri.Method,
 			URI: ri.URI, RemoteAddr: ri.RemoteAddr, Waiters: waiters[[2]string{ri.Locker, ri.Key}]}
 		switch {
 		case ri.State == stateWaiting:
@@ -210,12 +214,14 @@ type keyNodeJSON struct {
 	HeldHere bool   `json:"held_here"`
 	// Type is set when the key is not a string: another client's lock of another kind
 	// (e.g. a Redisson hash), held by someone else.
-	Type  string `json:"type,omitempty"`
-	Error string `json:"error,omitempty"`
+	Type    string `json:"type,omitempty"`
+	Readers int    `json:"readers,omitempty"` // shared: reader entries on the node (expired ones not yet dropped included)
+	Error   string `json:"error,omitempty"`
 }
 
 // holderJSON is this instance's request holding the key.
 type holderJSON struct {
+	Mode       string `json:"mode"` // exclusive, shared or limit
 	State      string `json:"state"`
 	HeldMS     int64  `json:"held_ms"`
 	ValidityMS int64  `json:"validity_ms"`
@@ -234,6 +240,7 @@ type lockerKeyJSON struct {
 	QuorumHeld bool          `json:"quorum_held"`
 	HeldHere   bool          `json:"held_here"` // this instance's lock is the one a quorum holds
 	Holder     *holderJSON   `json:"holder,omitempty"`
+	Holders    int           `json:"holders"` // this instance's requests holding the key (readers hold it together)
 	Waiters    int           `json:"waiters"` // this instance's requests waiting for the key
 	Nodes      []keyNodeJSON `json:"nodes"`
 }
@@ -274,7 +281,7 @@ func (a *AdminAPI) handleKeys(w http.ResponseWriter, r *http.Request) error {
 			lk.Status = keyPartial
 		}
 		for _, kn := range st.Nodes {
-			nj := keyNodeJSON{Node: kn.Node, Present: kn.Present, HeldHere: kn.Ours, Type: kn.Type, Error: kn.Error}
+			nj := keyNodeJSON{Node: kn.Node, Present: kn.Present, HeldHere: kn.Ours, Type: kn.Type, Readers: kn.Readers, Error: kn.Error}
 			if kn.Present {
 				nj.PTTLMS = kn.PTTL.Milliseconds()
 				if kn.PTTL < 0 { // Redis says -1: no expiry (not written by a Redlock client)
@@ -284,14 +291,15 @@ func (a *AdminAPI) handleKeys(w http.ResponseWriter, r *http.Request) error {
 			lk.Nodes = append(lk.Nodes, nj)
 		}
 		for _, ri := range reqs {
-			if ri.Locker != li.ID || ri.Key != key {
+			if ri.Locker != li.ID || !ri.locks(key) {
 				continue
 			}
 			if ri.State == stateWaiting {
 				lk.Waiters++
 				continue
 			}
-			h := &holderJSON{State: ri.State, ValidityMS: ri.Validity.Milliseconds(), Renewals: ri.Renewals,
+			lk.Holders++
+			h := &holderJSON{Mode: ri.Mode, State: ri.State, ValidityMS: ri.Validity.Milliseconds(), Renewals: ri.Renewals,
 				Token: ri.Token, Method: ri.Method, URI: ri.URI, RemoteAddr: ri.RemoteAddr}
 			if !ri.HeldSince.IsZero() {
 				h.HeldMS = time.Since(ri.HeldSince).Milliseconds()
@@ -344,15 +352,8 @@ func (a *AdminAPI) forceRelease(ctx context.Context, w http.ResponseWriter, r *h
 		deleted, err := li.Client.ForceRelease(ctx, key)
 		lr.DeletedOn, lr.Answered = deleted, lr.Nodes-nodeFailures(err)
 		if held != nil && errors.Is(held.Err(), redlock.ErrLost) {
-			// ForceRelease marked the lock lost (force_released): the handler's watcher
-			// cancels the request. Releasing it here too ends its renewals at once, and
-			// compare-and-delete removes what a renewal in flight may have written back;
-			// otherwise the request's drain would keep renewing the key for one more ttl.
-			// The handler's own release then finds it released and does nothing. (Only a
-			// lost lock: a lock a local waiter took after the delete is left alone.)
-			if rerr := held.Release(ctx); rerr != nil && !errors.Is(rerr, redlock.ErrReleased) {
-				err = errors.Join(err, rerr)
-			}
+			// ForceRelease marked the lock lost (force_released) and released it: the
+			// handler's watcher cancels the request, whose own release then does nothing.
 			lr.HeldHere, lr.Token = true, held.Token()
 		}
 		if err != nil {

@@ -57,16 +57,19 @@ func printLocks(w io.Writer, v locksJSON) error {
 		return nil
 	}
 	tw := newTable(w)
-	fmt.Fprintln(tw, "KEY\tSTATE\tWAITED\tHELD\tVALIDITY\tRENEWALS\tWAITERS\tTOKEN\tREQUEST\tFROM")
+	fmt.Fprintln(tw, "KEY\tMODE\tSTATE\tWAITED\tHELD\tVALIDITY\tRENEWALS\tWAITERS\tTOKEN\tREQUEST\tFROM")
 	for _, l := range v.Locks {
 		held, validity, token := "-", "-", "-"
 		if l.State != stateWaiting {
 			held, validity = humanMS(l.HeldMS), humanMS(l.ValidityMS)
 		}
-		if l.Token != 0 {
+		switch {
+		case l.Tokens != "":
+			token = l.Tokens
+		case l.Token != 0:
 			token = strconv.FormatInt(l.Token, 10)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s %s\t%s\n", l.Key, l.State, humanMS(l.WaitMS),
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s %s\t%s\n", l.Key, dash(l.Mode), l.State, humanMS(l.WaitMS),
 			held, validity, l.Renewals, l.Waiters, token, l.Method, l.URI, dash(l.RemoteAddr))
 	}
 	return tw.Flush()

@@ -29,7 +29,7 @@ func (s *settings) waitFor() time.Duration {
 // outcome still goes into the acquire metrics under its real result, so the dashboards
 // show what enforcing would have done.
 func (h *Handler) dryRunThrough(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler,
-	key string, wait time.Duration, err error) error {
+	e *inflight, wait time.Duration, err error) error {
 	var busy *redlock.BusyError
 	reason, result := "error", resultError
 	switch {
@@ -38,8 +38,8 @@ func (h *Handler) dryRunThrough(w http.ResponseWriter, r *http.Request, next cad
 	case errors.Is(err, redlock.ErrUnavailable), errors.Is(err, redlock.ErrClosed):
 		reason, result = "unavailable", resultUnavailable
 	}
-	countAcquire(result, wait)
-	return h.dryRunUnlocked(w, r, next, key, reason, err)
+	countAcquire(e.mode, result, wait)
+	return h.dryRunUnlocked(w, r, next, e.key, reason, err)
 }
 
 // dryRunUnlocked serves a request unlocked that enforcing would have refused or made

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"runtime"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
@@ -37,12 +38,17 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	key, err := h.keys.render(r, repl)
 	if errors.Is(err, errUnlocked) {
 		repl.Set(phKey, "") // known, so "{http.redlock.key}" renders empty downstream
+		repl.Set(phMode, "")
 		return next.ServeHTTP(w, r)
 	}
 	if err != nil {
 		return err
 	}
+	keys := []string{key} // TEMPORARY until modes-config lands
+	key = strings.Join(keys, " ")
+	mode := h.s.modeFor(r.Method)
 	repl.Set(phKey, key)
+	repl.Set(phMode, mode)
 
 	if !h.locker.hold() {
 		// Only after Cleanup, for a request that arrived as its server was shutting down.
@@ -56,31 +62,29 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	// stops whichever is running.
 	ctx, cancel := context.WithCancelCause(r.Context())
 	defer cancel(nil)
-	e := &inflight{owner: h, locker: h.locker.shared.id, key: key, method: r.Method,
+	e := &inflight{owner: h, locker: h.locker.shared.id, key: key, keys: keys, mode: mode, method: r.Method,
 		uri: r.RequestURI, remote: r.RemoteAddr, since: time.Now(), cancel: cancel}
 	addInflight(e)
 	defer requestDone(e)
 
-	// A key this instance already holds means a wait even if the first round in Redis
-	// succeeds once it is our turn (for the wait-time metric).
-	queued := h.locker.shared.client.Holding(key) != nil
+	// A key this instance already holds exclusively means a wait even if the first round
+	// in Redis succeeds once it is our turn (for the wait-time metric).
+	queued := mode == modeExclusive && h.locker.shared.client.Holding(keys[0]) != nil
 	start := time.Now()
-	l, err := h.locker.shared.client.Acquire(ctx, key, redlock.AcquireOptions{
-		Wait: h.s.waitFor(), TTL: h.s.ttl, Fencing: h.s.fencing,
-	})
+	l, err := acquire(ctx, h.locker.shared.client, keys, h.s.acquireOptions(mode))
 	wait := time.Since(start)
 	repl.Set(phWaitMS, wait.Milliseconds())
 	if err != nil {
 		removeInflight(e)
 		h.locker.drop()
-		return h.acquireFailed(w, r.WithContext(ctx), next, key, wait, err)
+		return h.acquireFailed(w, r.WithContext(ctx), next, e, wait, err)
 	}
-	countAcquire(resultAcquired, wait)
-	if queued || l.Attempts() > 1 {
-		hooks.waited(resultAcquired, wait)
+	countAcquire(mode, resultAcquired, wait)
+	if queued || l.attempts() > 1 {
+		countWaited(mode, resultAcquired, wait)
 	}
-	h.logger.Debug("redlock acquired", zap.String("key", key), zap.Int64("wait_ms", wait.Milliseconds()),
-		zap.Int("attempts", l.Attempts()), tokenField(l))
+	h.logger.Debug("redlock acquired", zap.String("key", key), zap.String("mode", mode), zap.Int64("wait_ms", wait.Milliseconds()),
+		zap.Int("attempts", l.attempts()), tokenField(l))
 	// Runs on every way out, panics included. aborted is set only once next returned.
 	aborted := false
 	defer func() {
@@ -95,7 +99,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		h.finish(l, e, r, aborted)
 	}()
 
-	if err := l.KeepAlive(h.s.renew, h.s.maxHold); err != nil {
+	if err := l.keepAlive(h.s.renew, h.s.maxHold); err != nil {
 		// The lock lapsed between acquire and now (a very slow start): never run unlocked.
 		if h.s.dryRun { // ... except in dry run, which never refuses
 			return h.dryRunUnlocked(w, r, next, key, "unavailable", err)
@@ -104,7 +108,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		return caddyhttp.Error(http.StatusServiceUnavailable, fmt.Errorf("redlock: lock on %q lost before the request started: %w", key, err))
 	}
 	if h.s.fencing {
-		tok := strconv.FormatInt(l.Token(), 10)
+		tok := l.fencingHeader()
 		r.Header.Set(h.s.fencingHeader, tok)
 		repl.Set(phToken, tok)
 	}
@@ -133,13 +137,13 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 // request body) or panicked releases at once: to the next waiting request of this
 // instance right here when that costs no round trip (Lock.HandOver), else in the
 // background.
-func (h *Handler) finish(l *redlock.Lock, e *inflight, r *http.Request, aborted bool) {
-	if !aborted && l.HandOver() {
+func (h *Handler) finish(l heldLocks, e *inflight, r *http.Request, aborted bool) {
+	if !aborted && l.handOver() {
 		// The next request of this instance waiting for the key has the lock now, with no
 		// Redis round trip: it starts on the upstream while this response is still being
 		// finished (the upstream is done with this one: next has returned).
 		h.logReleased(l, e, zap.Bool("handed_over", true))
-		observeHold(holdHandedOver, e.heldFor())
+		observeHold(e.mode, holdHandedOver, e.heldFor())
 		removeInflight(e)
 		h.locker.drop()
 		// Let the new holder run first: it was queued on this thread and would otherwise
@@ -150,17 +154,17 @@ func (h *Handler) finish(l *redlock.Lock, e *inflight, r *http.Request, aborted 
 	}
 	// Draining only helps while the lock still keeps others out: a lost lock (renewals
 	// failed, max_hold, force release) is given back at once.
-	if !aborted || l.Err() != nil {
+	if !aborted || l.err() != nil {
 		// Off the response's critical path: net/http finishes the response (the last
 		// flush, the end of a chunked body) only once ServeHTTP has returned, so a
 		// release round trip here would delay every client. The goroutine holds the
 		// request's locker reference, ends within about two node timeouts (a local
 		// handoff at once), and an exiting Caddy waits for it.
 		how := holdReleased
-		if l.Err() != nil {
+		if l.err() != nil {
 			how = holdLost
 		}
-		observeHold(how, e.heldFor())
+		observeHold(e.mode, how, e.heldFor())
 		h.releasing.Add(1)
 		go func() {
 			defer h.releasing.Add(-1)
@@ -172,11 +176,11 @@ func (h *Handler) finish(l *redlock.Lock, e *inflight, r *http.Request, aborted 
 	}
 	e.setState(stateDraining)
 	h.logger.Debug("redlock request cut short or upstream error: lock kept one more ttl before release (draining)",
-		zap.String("key", l.Key()), zap.Int64("held_ms", e.heldFor().Milliseconds()), tokenField(l))
+		zap.String("key", e.key), zap.Int64("held_ms", e.heldFor().Milliseconds()), tokenField(l))
 	// The timer owns the lock and the request's locker reference until it fires; it
 	// always fires (within one ttl), also on reloads and shutdown.
 	time.AfterFunc(h.s.ttl, func() {
-		observeHold(holdDrained, e.heldFor())
+		observeHold(e.mode, holdDrained, e.heldFor())
 		h.release(l, e, r)
 		removeInflight(e)
 		h.locker.drop()
@@ -203,22 +207,23 @@ func upstreamMayStillWork(err error, r *http.Request) bool {
 
 // acquireFailed answers a request whose lock could not be taken.
 func (h *Handler) acquireFailed(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler,
-	key string, wait time.Duration, err error) error {
+	e *inflight, wait time.Duration, err error) error {
 	var busy *redlock.BusyError
+	key, mode := e.key, e.mode
 	if h.s.dryRun && r.Context().Err() == nil {
-		return h.dryRunThrough(w, r, next, key, wait, err)
+		return h.dryRunThrough(w, r, next, e, wait, err)
 	}
 	switch {
 	case r.Context().Err() != nil:
 		// Checked first: a round cut short by the cancellation can look like a node failure.
-		countAcquire(resultCancelled, wait)
-		hooks.waited(resultCancelled, wait) // a round takes a millisecond: cancelled means cancelled while waiting
+		countAcquire(mode, resultCancelled, wait)
+		countWaited(mode, resultCancelled, wait) // a round takes a millisecond: cancelled means cancelled while waiting
 		h.logger.Debug("redlock wait cancelled", zap.String("key", key), zap.Int64("wait_ms", wait.Milliseconds()))
 		return caddyhttp.Error(statusClientClosedRequest, fmt.Errorf("redlock: gave up waiting for key %q: %w", key, context.Cause(r.Context())))
 	case errors.As(err, &busy):
-		countAcquire(resultBusy, wait)
-		hooks.waited(resultBusy, wait)
-		h.logger.Info("redlock key busy", zap.String("key", key), zap.Int64("wait_ms", wait.Milliseconds()),
+		countAcquire(mode, resultBusy, wait)
+		countWaited(mode, resultBusy, wait)
+		h.logger.Info("redlock key busy", zap.String("key", key), zap.String("busy_key", busy.Key), zap.String("mode", mode), zap.Int64("wait_ms", wait.Milliseconds()),
 			zap.Int("attempts", busy.Attempts), zap.Int("status", h.s.busyStatus))
 		w.Header().Set("Retry-After", retryAfter(busy.RetryAfter))
 		return caddyhttp.Error(h.s.busyStatus, fmt.Errorf("redlock: key %q still busy after waiting %v: %w", key, wait.Round(time.Millisecond), err))
@@ -226,16 +231,16 @@ func (h *Handler) acquireFailed(w http.ResponseWriter, r *http.Request, next cad
 		// A closed locker (ErrClosed) is a shutdown, not a Redis outage: never a reason to
 		// serve unlocked, whatever on_unavailable says.
 		if h.s.bypass && !errors.Is(err, redlock.ErrClosed) {
-			countAcquire(resultBypassed, wait)
+			countAcquire(mode, resultBypassed, wait)
 			h.logger.Warn("no Redis quorum: serving the request UNLOCKED (on_unavailable bypass)",
 				zap.String("key", key), zap.String("method", r.Method), zap.String("uri", r.RequestURI), zap.Error(err))
 			return next.ServeHTTP(w, r)
 		}
-		countAcquire(resultUnavailable, wait)
+		countAcquire(mode, resultUnavailable, wait)
 		w.Header().Set("Retry-After", "1")
 		return caddyhttp.Error(http.StatusServiceUnavailable, fmt.Errorf("redlock: key %q: %w", key, err))
 	default:
-		countAcquire(resultError, wait)
+		countAcquire(mode, resultError, wait)
 		return caddyhttp.Error(http.StatusInternalServerError, fmt.Errorf("redlock: acquiring key %q: %w", key, err))
 	}
 }
@@ -249,9 +254,9 @@ func retryAfter(d time.Duration) string {
 // proxying (and closes streams and websockets) instead of running on unlocked. No
 // goroutine waits meanwhile (Lock.OnLost). The returned stop ends the watch and, if the
 // loss was already being handled, waits for that; it may be called more than once.
-func (h *Handler) watchLock(l *redlock.Lock, e *inflight, cancel context.CancelCauseFunc, r *http.Request) (stop func()) {
+func (h *Handler) watchLock(l heldLocks, e *inflight, cancel context.CancelCauseFunc, r *http.Request) (stop func()) {
 	handled := make(chan struct{})
-	stopHook := l.OnLost(func(lost error) {
+	stopHook := l.onLost(func(lost error) {
 		defer close(handled)
 		cancel(lost)
 		reason := "unknown"
@@ -261,8 +266,12 @@ func (h *Handler) watchLock(l *redlock.Lock, e *inflight, cancel context.CancelC
 		}
 		counters.lost.Add(1)
 		hooks.lost(reason)
+		lostKey := e.key
+		if le != nil {
+			lostKey = le.Key
+		}
 		h.logger.Error("redlock lock lost while the request ran: request aborted",
-			zap.String("key", l.Key()), zap.String("reason", reason), zap.Int("renewals", l.Renewals()),
+			zap.String("key", e.key), zap.String("lost_key", lostKey), zap.String("reason", reason), zap.Int("renewals", l.renewals()),
 			zap.Int64("wait_ms", e.waitedFor().Milliseconds()), zap.Int64("held_ms", e.heldFor().Milliseconds()),
 			tokenField(l), zap.String("method", r.Method), zap.String("uri", r.RequestURI))
 	})
@@ -275,31 +284,32 @@ func (h *Handler) watchLock(l *redlock.Lock, e *inflight, cancel context.CancelC
 
 // release gives the lock back. Release uses the request context's values but not its
 // cancellation, and is bounded by node_timeout.
-func (h *Handler) release(l *redlock.Lock, e *inflight, r *http.Request) {
-	err := l.Release(r.Context())
+func (h *Handler) release(l heldLocks, e *inflight, r *http.Request) {
+	err := l.release(r.Context())
 	switch {
 	case err == nil:
 		h.logReleased(l, e, zap.Skip())
 	case errors.Is(err, redlock.ErrReleased): // already released (force release from the admin API)
 	default:
 		h.logger.Warn("redlock release did not reach a quorum; the rest expires after the ttl",
-			zap.String("key", l.Key()), zap.Int64("held_ms", e.heldFor().Milliseconds()), tokenField(l), zap.Error(err))
+			zap.String("key", e.key), zap.Int64("held_ms", e.heldFor().Milliseconds()), tokenField(l), zap.Error(err))
 	}
 }
 
 // logReleased logs a release at debug level (extra: how it went).
-func (h *Handler) logReleased(l *redlock.Lock, e *inflight, extra zap.Field) {
-	h.logger.Debug("redlock released", zap.String("key", l.Key()), zap.Int64("held_ms", e.heldFor().Milliseconds()),
-		zap.Int("renewals", l.Renewals()), extra, tokenField(l))
+func (h *Handler) logReleased(l heldLocks, e *inflight, extra zap.Field) {
+	h.logger.Debug("redlock released", zap.String("key", e.key), zap.Int64("held_ms", e.heldFor().Milliseconds()),
+		zap.Int("renewals", l.renewals()), extra, tokenField(l))
 }
 
-// tokenField logs the fencing token of locks that have one. A token is no secret (the
-// upstream sees it); the lock value is, and is never logged.
-func tokenField(l *redlock.Lock) zap.Field {
-	if !l.Fencing() {
+// tokenField logs the fencing token(s) of locks that have them, as the fencing header
+// carries them. A token is no secret (the upstream sees it); the lock value is, and is
+// never logged.
+func tokenField(l heldLocks) zap.Field {
+	if !l[0].Fencing() {
 		return zap.Skip()
 	}
-	return zap.Int64("token", l.Token())
+	return zap.String("token", l.fencingHeader())
 }
 
 // heldFor is how long the request has held its lock (0 before it got it).

@@ -20,6 +20,7 @@ const (
 	phKey    = "http.redlock.key"
 	phToken  = "http.redlock.token"
 	phWaitMS = "http.redlock.wait_ms"
+	phMode   = "http.redlock.mode" // exclusive, shared or limit
 	// phPath is the normalized request path: what keys are made of. Key templates that
 	// name {http.request.uri.path} get it instead (see rewritePathPlaceholder).
 	phPath = "http.redlock.path"

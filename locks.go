@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -148,8 +149,10 @@ const (
 // inflight is one request that waits for or holds a lock (or whose lock drains).
 type inflight struct {
 	owner  *Handler
-	locker string // sharedLocker.id
-	key    string
+	locker string   // sharedLocker.id
+	key    string   // the keys in lock order, joined by a space
+	keys   []string // several keys: in lock order
+	mode   string   // modeExclusive, modeShared or modeLimit
 	method string
 	uri    string
 	remote string
@@ -159,10 +162,10 @@ type inflight struct {
 	mu     sync.Mutex
 	state  string
 	heldAt time.Time
-	lock   *redlock.Lock
+	lock   heldLocks
 }
 
-func (e *inflight) setHeld(l *redlock.Lock) {
+func (e *inflight) setHeld(l heldLocks) {
 	e.mu.Lock()
 	e.state, e.heldAt, e.lock = stateHeld, time.Now(), l
 	e.mu.Unlock()
@@ -203,16 +206,27 @@ func (e *inflight) setState(state string) {
 // a lock value (the token is a fencing token, not a secret).
 type requestInfo struct {
 	Key        string        `json:"key"`
+	Keys       []string      `json:"keys,omitempty"`
+	Mode       string        `json:"mode"`
 	State      string        `json:"state"`
 	Since      time.Time     `json:"since"`
 	HeldSince  time.Time     `json:"held_since,omitzero"`
 	Validity   time.Duration `json:"-"`
 	Renewals   int           `json:"renewals"`
 	Token      int64         `json:"token,omitempty"`
+	Tokens     string        `json:"tokens,omitempty"` // several keys: key=token pairs
 	Method     string        `json:"method"`
 	URI        string        `json:"uri"`
 	RemoteAddr string        `json:"remote_addr"`
 	Locker     string        `json:"locker"`
+}
+
+// locks reports whether the request waits for or holds key (one of its keys).
+func (ri requestInfo) locks(key string) bool {
+	if len(ri.Keys) == 0 {
+		return ri.Key == key
+	}
+	return slices.Contains(ri.Keys, key)
 }
 
 // inflightRequests lists the requests that wait for or hold a lock, oldest first.
@@ -226,12 +240,18 @@ func inflightRequests() []requestInfo {
 	out := make([]requestInfo, 0, len(entries))
 	for _, e := range entries {
 		e.mu.Lock()
-		ri := requestInfo{Key: e.key, State: e.state, Since: e.since, HeldSince: e.heldAt,
+		ri := requestInfo{Key: e.key, Mode: e.mode, State: e.state, Since: e.since, HeldSince: e.heldAt,
 			Method: e.method, URI: e.uri, RemoteAddr: e.remote, Locker: e.locker}
+		if len(e.keys) > 1 {
+			ri.Keys = e.keys
+		}
 		l := e.lock
 		e.mu.Unlock()
 		if l != nil {
-			ri.Validity, ri.Renewals, ri.Token = l.Validity(), l.Renewals(), l.Token()
+			ri.Validity, ri.Renewals, ri.Token = l.validity(), l.renewals(), l[0].Token()
+			if len(l) > 1 && l[0].Fencing() {
+				ri.Tokens = l.fencingHeader()
+			}
 		}
 		out = append(out, ri)
 	}
@@ -281,14 +301,10 @@ const (
 // hooks let metrics.go observe the handler without this package's request path knowing
 // Prometheus. They are set in an init function only (never while serving).
 var hooks = struct {
-	acquire  func(result string, wait time.Duration) // every acquire outcome
-	waited   func(result string, wait time.Duration) // outcomes of requests that found the key taken
-	lost     func(reason string)                     // a held lock lost while the request ran
-	observer redlock.Observer                        // passed to every new redlock.Client
+	lost     func(reason string) // a held lock lost while the request ran
+	observer redlock.Observer    // passed to every new redlock.Client
 }{
-	acquire: func(string, time.Duration) {},
-	waited:  func(string, time.Duration) {},
-	lost:    func(string) {},
+	lost: func(string) {},
 }
 
 // counters are process totals (tests and the admin API read them).
@@ -296,7 +312,8 @@ var counters struct {
 	acquired, busy, unavailable, bypassed, cancelled, lost atomic.Uint64
 }
 
-func countAcquire(result string, wait time.Duration) {
+// countAcquire counts an acquire outcome (counters and the acquire histogram).
+func countAcquire(mode, result string, wait time.Duration) {
 	switch result {
 	case resultAcquired:
 		counters.acquired.Add(1)
@@ -309,5 +326,10 @@ func countAcquire(result string, wait time.Duration) {
 	case resultCancelled:
 		counters.cancelled.Add(1)
 	}
-	hooks.acquire(result, wait)
+	metrics.acquire.WithLabelValues(mode, result).Observe(wait.Seconds())
+}
+
+// countWaited records the outcome of a request that found its key taken.
+func countWaited(mode, result string, wait time.Duration) {
+	metrics.wait.WithLabelValues(mode, result).Observe(wait.Seconds())
 }

@@ -43,14 +43,14 @@ var metrics = struct {
 }{
 	acquire: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Namespace: metricsNamespace, Subsystem: metricsSubsystem, Name: "acquire_duration_seconds",
-		Help:    "Time a request spent acquiring its lock (waiting included), by result: acquired, busy, unavailable, cancelled, bypassed, error.",
+		Help:    "Time a request spent acquiring its lock (waiting included), by lock mode (exclusive, shared, limit) and result: acquired, busy, unavailable, cancelled, bypassed, error.",
 		Buckets: waitBuckets,
-	}, []string{"result"}),
+	}, []string{"mode", "result"}),
 	wait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Namespace: metricsNamespace, Subsystem: metricsSubsystem, Name: "wait_seconds",
-		Help:    "Time a request waited for a key that was taken when it arrived (held by this or another instance), by result.",
+		Help:    "Time a request waited for a key that was taken when it arrived (held by this or another instance), by lock mode and result.",
 		Buckets: waitBuckets,
-	}, []string{"result"}),
+	}, []string{"mode", "result"}),
 	held: prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Namespace: metricsNamespace, Subsystem: metricsSubsystem, Name: "held_locks",
 		Help: "Locks this instance holds for requests (draining ones included).",
@@ -79,12 +79,6 @@ var metrics = struct {
 }
 
 func init() {
-	hooks.acquire = func(result string, wait time.Duration) {
-		metrics.acquire.WithLabelValues(result).Observe(wait.Seconds())
-	}
-	hooks.waited = func(result string, wait time.Duration) {
-		metrics.wait.WithLabelValues(result).Observe(wait.Seconds())
-	}
 	hooks.lost = func(reason string) { metrics.lost.WithLabelValues(reason).Inc() }
 	hooks.observer = &observer{failing: map[string]bool{}}
 }

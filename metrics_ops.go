@@ -25,9 +25,9 @@ var holdBuckets = prometheus.ExponentialBuckets(0.001, 2.5, 18)
 var (
 	holdHist = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Namespace: metricsNamespace, Subsystem: metricsSubsystem, Name: "hold_duration_seconds",
-		Help:    "How long requests held their lock, by how the hold ended: released, handed_over, lost, drained.",
+		Help:    "How long requests held their lock, by lock mode (exclusive, shared, limit) and how the hold ended: released, handed_over, lost, drained.",
 		Buckets: holdBuckets,
-	}, []string{"how"})
+	}, []string{"mode", "how"})
 	dryRunTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: metricsNamespace, Subsystem: metricsSubsystem, Name: "dry_run_total",
 		Help: "Requests that dry_run served unlocked although they would have waited or been refused, by reason: busy, unavailable, error.",
@@ -38,8 +38,8 @@ var (
 var opsCollectors = []prometheus.Collector{holdHist, dryRunTotal}
 
 // observeHold records a hold that ended.
-func observeHold(how string, held time.Duration) {
-	holdHist.WithLabelValues(how).Observe(held.Seconds())
+func observeHold(mode, how string, held time.Duration) {
+	holdHist.WithLabelValues(mode, how).Observe(held.Seconds())
 }
 
 // countDryRun records a request dry run let through unlocked.

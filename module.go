@@ -230,6 +230,8 @@ type settings struct {
 	fencingHeader string
 	bypass        bool
 	dryRun        bool
+	shared        map[string]bool // TEMPORARY until modes-config lands
+	limit         int
 }
 
 // Defaults of the handler's own options; those of the lock itself (prefix, ttl,

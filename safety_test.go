@@ -109,7 +109,7 @@ func TestClosedLockerNeverBypasses(t *testing.T) {
 	})
 	w := httptest.NewRecorder()
 	r := httptest.NewRequest("GET", "/k", nil)
-	err := h.acquireFailed(w, r, next, "/k", 0, redlock.ErrClosed)
+	err := h.acquireFailed(w, r, next, &inflight{key: "/k", mode: modeExclusive}, 0, redlock.ErrClosed)
 	var he caddyhttp.HandlerError
 	if called || !errors.As(err, &he) || he.StatusCode != http.StatusServiceUnavailable {
 		t.Fatalf("ErrClosed with bypass: next called %v, error %v; want 503 and next not called", called, err)

@@ -47,37 +47,58 @@ func (c *Client) Acquire(ctx context.Context, key string, o AcquireOptions) (*Lo
 	busy := func(attempts int, retryAfter time.Duration) error {
 		return &BusyError{Key: key, Attempts: attempts, Waited: time.Since(start), RetryAfter: retryAfter}
 	}
+	nm := c.names(key)
+	nm.shared = o.Shared
 	// Local line first: only one waiter per key per process contends in Redis. The
-	// previous holder may hand its lock over with the turn (handoff.go).
-	q, handed, err := c.queues.turn(waitCtx, key, waiter{ttl: ttl, fencing: o.Fencing, since: start})
-	if err != nil {
-		if ctx.Err() != nil {
-			return nil, ctx.Err()
+	// previous holder may hand its lock over with the turn (handoff.go). Readers skip it:
+	// they do not exclude each other, and one reader's turn would hold up the next.
+	var q *keyQueue
+	if !o.Shared {
+		var handed *Lock
+		var err error
+		q, handed, err = c.queues.turn(waitCtx, key, waiter{ttl: ttl, fencing: o.Fencing, since: start})
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			return nil, busy(0, 0)
 		}
-		return nil, busy(0, 0)
+		if handed != nil {
+			return handed, nil
+		}
 	}
-	if handed != nil {
-		return handed, nil
-	}
-	l, err := c.contend(ctx, waitCtx, q, key, ttl, o.Fencing, start, busy)
-	if err != nil {
+	l, err := c.contend(ctx, waitCtx, q, nm, key, ttl, o.Fencing, start, busy)
+	if err != nil && q != nil {
 		c.queues.done(q, false)
-		return nil, err
 	}
-	return l, nil
+	return l, err
 }
 
 // contend is the head-of-line loop: try, and while busy wait for a release notice or a
 // jittered delay, until the wait runs out.
-func (c *Client) contend(ctx, waitCtx context.Context, q *keyQueue, key string, ttl time.Duration, fencing bool,
+//
+// q is nil for a reader (no local line): it then watches the key's notices on its own.
+func (c *Client) contend(ctx, waitCtx context.Context, q *keyQueue, nm names, key string, ttl time.Duration, fencing bool,
 	start time.Time, busy func(int, time.Duration) error) (*Lock, error) {
-	nm := c.names(key)
 	owner := rand.Text() + ":" // 130 random bits: values must be unguessable (they allow release)
 	var w *watch
-	if c.queues.takeYield(q) {
+	watchNotices := func() *watch {
+		if q != nil {
+			return c.queues.ensureWatch(q, c.notices, nm.channel)
+		}
+		return c.notices.watch(nm.channel)
+	}
+	if q == nil {
+		defer func() {
+			if w != nil {
+				w.unwatch()
+			}
+		}()
+	}
+	if q != nil && c.queues.takeYield(q) {
 		// Our release just reached other clients' waiters: give them the first go, so
 		// that instances take turns. Bounded: if none of them takes the key, we try.
-		w = c.queues.ensureWatch(q, c.notices, nm.channel)
+		w = watchNotices()
 		c.waitSubscribed(waitCtx, w) // or their release could slip past unnoticed
 		c.yieldTo(waitCtx, w)
 	}
@@ -89,7 +110,7 @@ func (c *Client) contend(ctx, waitCtx context.Context, q *keyQueue, key string, 
 		// A first try with a wait ahead can be a plain SET NX PX (see tryOnce). Its busy
 		// replies carry no PTTL: were the wait to run out during that very try, the
 		// BusyError's RetryAfter is 0 (Retry-After: 1); with wait 0 the script runs.
-		plain := attempt == 1 && !fencing && waitCtx.Err() == nil
+		plain := attempt == 1 && !fencing && !nm.shared && waitCtx.Err() == nil
 		forces := c.queues.forceNow(key)
 		res := c.tryOnce(ctx, nm, owner, attempt, ttl, fencing, plain)
 		if res.validity > 0 {
@@ -128,7 +149,7 @@ func (c *Client) contend(ctx, waitCtx context.Context, q *keyQueue, key string, 
 		if w == nil {
 			// Subscribe before the next try, and make sure enough nodes confirmed, so a
 			// release between that try and our sleep cannot go unnoticed.
-			w = c.queues.ensureWatch(q, c.notices, nm.channel)
+			w = watchNotices()
 			c.waitSubscribed(waitCtx, w)
 			continue
 		}
@@ -213,6 +234,13 @@ func (c *Client) yieldTo(ctx context.Context, w *watch) {
 	case <-t.C:
 	case <-ctx.Done():
 	}
+}
+
+// writerMarkTTL is how long a writer's waiting mark keeps new readers out (shared locks):
+// a waiting writer tries again, and so renews it, at least once per retry delay plus a
+// round; a writer that gave up stops holding readers back soon after.
+func (c *Client) writerMarkTTL() time.Duration {
+	return 2 * (c.opt.RetryDelayMax + c.opt.NodeTimeout)
 }
 
 func (c *Client) retryDelay() time.Duration {
@@ -308,10 +336,14 @@ func (c *Client) sendRound(ctx context.Context, nm names, owner string, attempt 
 	fencing, plain bool, start time.Time) *round {
 	rd := newRound(c)
 	value := owner + strconv.Itoa(attempt)
-	script, keys := acquireScript, []string{nm.lock, nm.counter}
-	argv := []any{value, ttl.Milliseconds(), owner, boolArg(fencing), fencingCounterTTL.Milliseconds(), attempt}
+	script, keys := acquireScript, []string{nm.lock, nm.counter, nm.writer}
+	if nm.shared {
+		script, keys = readAcquireScript, []string{nm.lock, nm.counter, nm.writer, nm.readers}
+	}
+	argv := []any{value, ttl.Milliseconds(), owner, boolArg(fencing), fencingCounterTTL.Milliseconds(), attempt,
+		c.writerMarkTTL().Milliseconds()}
 	if fencing {
-		argv = append(argv, c.proposeToken(start), c.tokenLead().Microseconds(), c.handoffReserve())
+		argv = append(argv, c.proposeToken(start), c.tokenLead().Microseconds(), c.handoffReserve(nm))
 	}
 	parse := scriptReply
 	if plain {
@@ -383,7 +415,7 @@ func (c *Client) tallyRound(replies []nodeReply) tally {
 func (c *Client) fence(ctx context.Context, nm names, value string, t tally) (int64, error) {
 	if t.same {
 		if t.reserved {
-			return c.handoffReserve(), nil
+			return c.handoffReserve(nm), nil
 		}
 		return 0, nil
 	}
@@ -463,9 +495,9 @@ func setReply(cmd *redis.Cmd) nodeReply {
 // commitToken raises the fencing counter to token on a majority while we hold the key
 // there (doc.go explains why this makes later tokens larger).
 func (c *Client) commitToken(ctx context.Context, nm names, value string, token int64) error {
-	argv := []any{value, token, fencingCounterTTL.Milliseconds()}
+	argv := []any{value, token, fencingCounterTTL.Milliseconds(), boolArg(nm.shared)}
 	ok, _, errs := c.onAll(ctx, "commit", nil, func(cctx context.Context, nd *node) (bool, error) {
-		r, err := commitScript.Run(cctx, nd.client, []string{nm.lock, nm.counter}, argv...).Int64()
+		r, err := commitScript.Run(cctx, nd.client, []string{nm.lock, nm.counter, nm.readers}, argv...).Int64()
 		return r == 1, err
 	}, c.quorum)
 	if ok < c.quorum {

@@ -25,8 +25,8 @@ func TestLateEarlierAttemptCannotTakeOverLaterOne(t *testing.T) {
 	const owner = "OWNERPREFIX:"
 	acquire := func(attempt int) []int64 {
 		t.Helper()
-		r, err := acquireScript.Run(ctx, rc, []string{"k", "k\x00fence"},
-			owner+strconv.Itoa(attempt), 5000, owner, "0", 60000, attempt).Int64Slice()
+		r, err := acquireScript.Run(ctx, rc, []string{"k", "k\x00fence", "k\x00writer"},
+			owner+strconv.Itoa(attempt), 5000, owner, "0", 60000, attempt, 500).Int64Slice()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -64,8 +64,8 @@ func TestLateEarlierAttemptCannotTakeOverLaterOne(t *testing.T) {
 
 func acquireOther(t *testing.T, rc *redis.Client) []int64 {
 	t.Helper()
-	r, err := acquireScript.Run(context.Background(), rc, []string{"k", "k\x00fence"},
-		"OTHER:1", 5000, "OTHER:", "0", 60000, 1).Int64Slice()
+	r, err := acquireScript.Run(context.Background(), rc, []string{"k", "k\x00fence", "k\x00writer"},
+		"OTHER:1", 5000, "OTHER:", "0", 60000, 1, 500).Int64Slice()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -185,7 +185,7 @@ func noScriptRetry(calls []*call) []*call {
 	for _, c := range calls {
 		ns := c.cmd.Err() != nil && redis.HasErrorPrefix(c.cmd.Err(), "NOSCRIPT")
 		seen = seen || ns
-		if ns || (seen && c.script == releaseScript) {
+		if ns || (seen && (c.script == releaseScript || c.script == readReleaseScript)) {
 			out = append(out, c)
 		}
 	}

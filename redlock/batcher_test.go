@@ -108,7 +108,7 @@ func TestBatcherNoScriptRetryKeepsOrder(t *testing.T) {
 		return &call{script: script, keys: keys, args: args, deadline: deadline,
 			cmd: redis.NewCmd(ctx), deliver: func(*redis.Cmd) {}}
 	}
-	acq := mk(acquireScript, []string{nm.lock, nm.counter}, value, 5000, owner, "0", 60000, 1)
+	acq := mk(acquireScript, []string{nm.lock, nm.counter, nm.writer}, value, 5000, owner, "0", 60000, 1, 500)
 	rel := mk(releaseScript, []string{nm.lock}, value, nm.channel, "id")
 	c.nodes[0].batch.send(ctx, []*call{acq, rel})
 	if err := acq.cmd.Err(); err != nil {

@@ -26,7 +26,7 @@ type Client struct {
 	renewer *renewer
 
 	heldMu sync.Mutex
-	held   map[string]*Lock // by key; the local queue admits one holder per key
+	held   map[string][]*Lock // by key: one exclusive holder, or any number of readers
 
 	pending pendingCalls // release calls on their way (nodes_call.go)
 
@@ -57,7 +57,7 @@ func New(urls []string, opt Options) (*Client, error) {
 		return nil, err
 	}
 	opt = opt.withDefaults()
-	c := &Client{id: rand.Text(), opt: opt, quorum: len(urls)/2 + 1, held: map[string]*Lock{}}
+	c := &Client{id: rand.Text(), opt: opt, quorum: len(urls)/2 + 1, held: map[string][]*Lock{}}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	seen := map[string]bool{}
 	for _, u := range urls {

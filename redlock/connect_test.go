@@ -95,10 +95,74 @@ func exerciseFeatures(t *testing.T, urls []string, opt Options) {
 	if n, err := a.ForceRelease(ctx, "forced"); err != nil || n != len(urls) {
 		t.Fatalf("ForceRelease = %d, %v", n, err)
 	}
+	exerciseShared(t, a, b)
 	for _, s := range a.Nodes() {
 		if !s.Up || s.RunID == "" {
 			t.Errorf("node %s: %+v", s.Address, s)
 		}
+	}
+}
+
+// exerciseShared runs every script and command of shared locks: fenced readers renewed
+// and inspected, a writer waiting (its mark) and woken by the last reader's notice, a
+// reader refused, and a force release of a read-held key.
+func exerciseShared(t *testing.T, a, b *Client) {
+	t.Helper()
+	ctx := context.Background()
+	read := AcquireOptions{Shared: true, Fencing: true, TTL: 600 * time.Millisecond}
+	r1, err := a.Acquire(ctx, "doc", read)
+	if err != nil {
+		t.Fatalf("reader: %v", err)
+	}
+	r2, err := b.Acquire(ctx, "doc", read)
+	if err != nil {
+		t.Fatalf("second reader: %v", err)
+	}
+	if _, err := r1.Extend(ctx); err != nil {
+		t.Fatalf("reader Extend: %v", err)
+	}
+	if st, err := a.Inspect(ctx, "doc"); err != nil || !st.QuorumHeld || st.Nodes[0].Readers == 0 {
+		t.Fatalf("Inspect of a read-held key = %+v, %v", st, err)
+	}
+	got := make(chan error, 1)
+	go func() {
+		w, err := b.Acquire(ctx, "doc", AcquireOptions{Wait: 10 * time.Second, Fencing: true})
+		if err == nil {
+			if w.Token() <= r2.Token() {
+				err = errors.New("writer's token is not above the readers'")
+			}
+			err = errors.Join(err, w.Release(ctx))
+		}
+		got <- err
+	}()
+	eventually(t, "a new reader refused behind the waiting writer", func() bool {
+		l, err := a.Acquire(ctx, "doc", AcquireOptions{Shared: true})
+		if err == nil {
+			_ = l.Release(ctx)
+		}
+		return errors.Is(err, ErrBusy)
+	})
+	_ = r1.Release(ctx)
+	released := time.Now()
+	if err := r2.Release(ctx); err != nil {
+		t.Fatalf("reader Release: %v", err)
+	}
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatalf("writer: %v", err)
+		}
+		if d := time.Since(released); d > 1500*time.Millisecond {
+			t.Errorf("writer took %v after the last reader left: notice not received?", d)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("writer never got the key")
+	}
+	if _, err := a.Acquire(ctx, "doc2", AcquireOptions{Shared: true}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.ForceRelease(ctx, "doc2"); err != nil {
+		t.Fatalf("ForceRelease of a read-held key: %v", err)
 	}
 }
 

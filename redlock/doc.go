@@ -106,4 +106,57 @@
 // connection per node per Client) and waits until enough nodes confirmed the
 // subscription that any majority includes one of them, so a release cannot slip between
 // its try and its sleep. Release publishes on every node it deletes from.
+//
+// # Shared locks
+//
+// AcquireOptions.Shared takes a key as a reader. On each node, readers keep an entry each
+// in a sorted set beside the lock name (value -> expiry on the node's clock), and while
+// any entry lives the lock name itself holds sharedMarker with the expiry of the
+// longest-lived entry (readAcquireScript). A writer is an ordinary exclusive lock: the
+// same SET NX PX on the lock name.
+//
+// Claim: a writer never holds a key while a reader does, across N masters. A reader holds
+// when a majority R of nodes granted its entry within its validity; a writer when a
+// majority W granted the lock name. R and W share a node x. On x, each grant is one
+// atomic script: a reader is granted only while the name is free or holds the marker
+// (no writer), and from then until the entry expires or is released the name holds the
+// marker (every script that changes the entries sets the name's expiry to the last
+// entry's, and only the last entry out deletes it), so a writer's SET NX there fails;
+// a writer's grant makes the name hold its value, and a reader is refused while it does.
+// So x granted at most one of them for any moment at which both would be valid: the
+// validity of each is counted, as for the mutex, from before its round on the client's
+// monotonic clock, minus drift, while the node's entry and the name's expiry run at
+// least as long. Readers do not exclude each other: their entries are separate.
+//
+// A crashed reader's entry lapses after its ttl on each node (expired entries are dropped
+// by every later script), so it holds up writers for one ttl, like a crashed writer.
+// Restarts: a node that lost its entries is quarantined exactly as for the mutex
+// (voting.go), since a reader's entries on a majority are what a writer's majority must
+// meet. A renewal (extendScript) extends a reader only where its entry is still live and
+// the name still holds the marker; readers are not re-taken on a node that lost them.
+//
+// Writers are not starved: a writer refused because readers hold the key leaves a mark
+// (its owner prefix, for writerMarkTTL, renewed at each of its tries, cleared when it
+// gets the key), and a reader is refused while a mark stands. So the readers present
+// when a writer came finish, no new ones start, and the writer gets the key; readers that
+// came after it wait for its release notice. The mark only delays readers; safety never
+// rests on it. A writer that gives up leaves its mark until it lapses (at most
+// writerMarkTTL).
+//
+// Other Redlock clients (redsync, node-redlock) see the marker as somebody's lock: their
+// exclusive locks exclude our readers and writers both ways. They cannot take the key
+// shared, and a writer of theirs leaves no mark (readers may then keep it from the key
+// for as long as they overlap).
+//
+// Fencing: readers and writers draw tokens from the key's one counter by the same rule
+// (fencingLua) and the same argument as above, so every holder's token is larger than
+// the tokens of all holders that got the key before it, readers and writers alike;
+// readers that hold the key together have distinct tokens. A storage layer that rejects
+// writes with a token below the largest it has seen therefore rejects a writer that was
+// overtaken by any later holder.
+//
+// Local: readers have no local line (they would only wait for each other) and are never
+// handed over; each reader takes its entry in Redis. They wait for release notices like
+// the head of a line, and this client wakes its own waiters when it releases (it ignores
+// its own notices from Redis).
 package redlock

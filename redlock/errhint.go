@@ -176,9 +176,11 @@ var scriptsBySHA = func() map[string]scriptInfo {
 		s *redis.Script
 		scriptInfo
 	}{
-		{acquireScript, scriptInfo{"acquire", []string{"GET", "PTTL", "SET", "TIME"}}},
-		{commitScript, scriptInfo{"fencing commit", []string{"GET", "SET", "PEXPIRE"}}},
-		{extendScript, scriptInfo{"renewal", []string{"GET", "PEXPIRE"}}},
+		{acquireScript, scriptInfo{"acquire", []string{"GET", "PTTL", "SET", "DEL", "TIME"}}},
+		{readAcquireScript, scriptInfo{"shared acquire", []string{"GET", "PTTL", "SET", "DEL", "TIME", "ZREMRANGEBYSCORE", "ZADD", "ZRANGE", "PEXPIRE"}}},
+		{readReleaseScript, scriptInfo{"shared release", []string{"GET", "SET", "DEL", "TIME", "ZREM", "ZREMRANGEBYSCORE", "ZRANGE", "PEXPIRE", "PUBLISH"}}},
+		{commitScript, scriptInfo{"fencing commit", []string{"GET", "SET", "PEXPIRE", "ZSCORE", "TIME"}}},
+		{extendScript, scriptInfo{"renewal", []string{"GET", "PEXPIRE", "PTTL", "TIME", "ZSCORE", "ZADD"}}},
 		{retakeScript, scriptInfo{"re-take", []string{"SET"}}},
 		{releaseScript, scriptInfo{"release", []string{"GET", "DEL", "PUBLISH"}}},
 		{forceReleaseScript, scriptInfo{"force release", []string{"DEL", "PUBLISH"}}},

@@ -44,7 +44,7 @@ func TestFencingFastPath(t *testing.T) {
 				t.Fatalf("token %d after %d", l.Token(), last)
 			}
 			last = l.Token()
-			if l.tokenMax != l.Token()+c.handoffReserve() {
+			if l.tokenMax != l.Token()+c.handoffReserve(names{}) {
 				t.Fatalf("fast path without the handoff reserve: token %d, max %d", l.Token(), l.tokenMax)
 			}
 		}

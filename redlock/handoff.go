@@ -46,14 +46,14 @@ func (c *Client) handoff(l *Lock, forces uint64) bool {
 	return c.queues.handTo(l.q, next, forces, suits(l), func(w waiter) {
 		next.acquiredAt = w.since
 		next.startUntil(until)
-		c.register(next)
+		c.replaceHeld(l, next)
 	})
 }
 
 // handoffAllowed applies the rules above to l and returns its validity end.
 func (c *Client) handoffAllowed(l *Lock) (until time.Time, ok bool) {
 	limit := c.opt.HandoffLimit
-	if limit <= 0 || l.streak >= limit || (l.fencing && l.token >= l.tokenMax) {
+	if l.q == nil || limit <= 0 || l.streak >= limit || (l.fencing && l.token >= l.tokenMax) {
 		return until, false
 	}
 	l.mu.Lock()
@@ -80,4 +80,10 @@ func (c *Client) handoffLikely(l *Lock) bool {
 
 // handoffReserve is how many tokens above its own an acquire with fencing asks the nodes
 // to hold back, so that handed locks can use them.
-func (c *Client) handoffReserve() int64 { return int64(max(c.opt.HandoffLimit, 0)) }
+// Readers are never handed on (they have no local line): no reserve.
+func (c *Client) handoffReserve(nm names) int64 {
+	if nm.shared {
+		return 0
+	}
+	return int64(max(c.opt.HandoffLimit, 0))
+}

@@ -384,12 +384,17 @@ func (l *Lock) releaseInRedis(ctx context.Context) error {
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.opt.NodeTimeout)
 	defer cancel()
-	subscribed := c.queues.subscribed(l.q)
+	subscribed := l.q != nil && c.queues.subscribed(l.q)
 	deleted, others, errs := c.releaseOnNodes(ctx, l.nm, l.value, nil, subscribed)
 	c.unregister(l)
+	// This client ignores its own notices (its line gets the turn directly); its readers
+	// and, behind readers, its writers wait outside that line: wake them here.
+	c.notices.poke(l.nm.channel)
 	// The next local waiter goes after the keys are gone. If the notice reached other
 	// clients' waiters, it lets them go first: else, being closer, it would win every time.
-	c.queues.done(l.q, others)
+	if l.q != nil {
+		c.queues.done(l.q, others)
+	}
 	if len(errs) > len(c.nodes)-c.quorum {
 		return fmt.Errorf("redlock: release %q: %d nodes did not answer (deleted on %d); the rest expires after the ttl: %w",
 			l.key, len(errs), deleted, errors.Join(errs...))

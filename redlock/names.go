@@ -12,6 +12,10 @@ import (
 const (
 	counterSuffix = "\x00fence"
 	channelSuffix = "\x00released"
+	// Shared locks only (doc.go, "Shared locks"): the readers' set, and the mark of a
+	// writer waiting for the readers to leave.
+	readersSuffix = "\x00readers"
+	writerSuffix  = "\x00writer"
 	// boundName follows the prefix directly: no key is empty, so no lock, counter or
 	// channel name can equal it.
 	boundName = "\x00max_ttl"
@@ -27,11 +31,17 @@ func validateKey(key string) error {
 	return nil
 }
 
-type names struct{ lock, counter, channel string }
+// names is where a lock lives in Redis. shared: the lock is a reader's entry in the
+// readers' set, not the value of the lock name.
+type names struct {
+	lock, counter, channel, readers, writer string
+	shared                                  bool
+}
 
 func (c *Client) names(key string) names {
 	lk := c.opt.Prefix + key
-	return names{lock: lk, counter: lk + counterSuffix, channel: lk + channelSuffix}
+	return names{lock: lk, counter: lk + counterSuffix, channel: lk + channelSuffix,
+		readers: lk + readersSuffix, writer: lk + writerSuffix}
 }
 
 // boundKey is where the nodes keep the longest ttl any client may use (voting.go).

@@ -89,6 +89,10 @@ func (c *Client) releaseOnNodes(ctx context.Context, nm names, value string, ski
 		signaled bool
 		done     = make(chan struct{})
 	)
+	script, keys := releaseScript, []string{nm.lock}
+	if nm.shared {
+		script, keys = readReleaseScript, []string{nm.lock, nm.counter, nm.writer, nm.readers}
+	}
 	c.pending.add(sent)
 	for i, nd := range c.nodes {
 		if skip != nil && skip[i] {
@@ -118,7 +122,7 @@ func (c *Client) releaseOnNodes(ctx context.Context, nm names, value string, ski
 			if wake {
 				close(done)
 			}
-		}, releaseScript, []string{nm.lock}, value, nm.channel, c.id)
+		}, script, keys, value, nm.channel, c.id)
 	}
 	<-done
 	mu.Lock()

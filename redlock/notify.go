@@ -131,23 +131,28 @@ func (nt *notifier) applyOps(s *nodeSub) {
 	}
 }
 
+// poke wakes whoever of this process watches channel (at most one pending notice).
+func (nt *notifier) poke(channel string) {
+	nt.mu.Lock()
+	w := nt.m[channel]
+	nt.mu.Unlock()
+	if w != nil {
+		select {
+		case w.C <- struct{}{}:
+		default:
+		}
+	}
+}
+
 // receive dispatches notices and subscription confirmations from one node.
 func (nt *notifier) receive(s *nodeSub) {
 	for msg := range s.ps.ChannelWithSubscriptions(redis.WithChannelSize(1024)) {
 		switch m := msg.(type) {
 		case *redis.Message:
 			if m.Payload == nt.c.id {
-				continue // our own release: local waiters get the turn directly
+				continue // our own release: Lock.releaseInRedis wakes local waiters (poke)
 			}
-			nt.mu.Lock()
-			w := nt.m[m.Channel]
-			nt.mu.Unlock()
-			if w != nil {
-				select {
-				case w.C <- struct{}{}:
-				default:
-				}
-			}
+			nt.poke(m.Channel)
 		case *redis.Subscription:
 			if m.Kind != "subscribe" {
 				continue

@@ -170,4 +170,10 @@ type AcquireOptions struct {
 	TTL time.Duration
 	// Fencing makes the lock carry a fencing token (see Lock.Token).
 	Fencing bool
+	// Shared takes the key as a reader: readers hold it together, never while an
+	// exclusive holder (a writer) does, and a waiting writer keeps new readers out
+	// (doc.go, "Shared locks"). Readers are never handed over locally.
+	Shared bool
+	// Limit > 1 lets up to Limit holders have the key at once (TEMPORARY placeholder).
+	Limit int
 }

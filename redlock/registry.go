@@ -13,14 +13,37 @@ import (
 
 func (c *Client) register(l *Lock) {
 	c.heldMu.Lock()
-	c.held[l.key] = l
+	c.held[l.key] = append(c.held[l.key], l)
 	c.heldMu.Unlock()
+}
+
+// replaceHeld puts next in old's place (a local handoff: the same lock in Redis).
+func (c *Client) replaceHeld(old, next *Lock) {
+	c.heldMu.Lock()
+	defer c.heldMu.Unlock()
+	ls := c.held[old.key]
+	for i, o := range ls {
+		if o == old {
+			ls[i] = next
+			return
+		}
+	}
+	c.held[old.key] = append(ls, next)
 }
 
 func (c *Client) unregister(l *Lock) {
 	c.heldMu.Lock()
-	if c.held[l.key] == l {
+	ls := c.held[l.key]
+	for i, o := range ls {
+		if o == l {
+			ls = append(ls[:i:i], ls[i+1:]...)
+			break
+		}
+	}
+	if len(ls) == 0 {
 		delete(c.held, l.key)
+	} else {
+		c.held[l.key] = ls
 	}
 	last := len(c.held) == 0
 	c.heldMu.Unlock()
@@ -44,9 +67,11 @@ func (c *Client) Held() []HeldLock {
 	waiting := c.queues.waiting()
 	c.heldMu.Lock()
 	out := make([]HeldLock, 0, len(c.held))
-	for _, l := range c.held {
-		out = append(out, HeldLock{Key: l.key, AcquiredAt: l.acquiredAt, Validity: l.Validity(),
-			Renewals: l.Renewals(), Token: l.token, Waiters: waiting[l.key]})
+	for _, ls := range c.held {
+		for _, l := range ls {
+			out = append(out, HeldLock{Key: l.key, AcquiredAt: l.acquiredAt, Validity: l.Validity(),
+				Renewals: l.Renewals(), Token: l.token, Waiters: waiting[l.key]})
+		}
 	}
 	c.heldMu.Unlock()
 	sort.Slice(out, func(i, j int) bool { return out[i].Key < out[j].Key })
@@ -57,11 +82,22 @@ func (c *Client) Held() []HeldLock {
 // (not counting the one contending in Redis or holding the lock).
 func (c *Client) Waiting() map[string]int { return c.queues.waiting() }
 
-// Holding returns the lock this client holds on key, if any.
+// Holding returns a lock this client holds on key, if any (the oldest, when readers
+// share it).
 func (c *Client) Holding(key string) *Lock {
 	c.heldMu.Lock()
 	defer c.heldMu.Unlock()
-	return c.held[key]
+	if ls := c.held[key]; len(ls) > 0 {
+		return ls[0]
+	}
+	return nil
+}
+
+// holders returns every lock this client holds on key.
+func (c *Client) holders(key string) []*Lock {
+	c.heldMu.Lock()
+	defer c.heldMu.Unlock()
+	return append([]*Lock(nil), c.held[key]...)
 }
 
 // KeyNode is one node's view of a key.
@@ -69,8 +105,9 @@ type KeyNode struct {
 	Node    string        `json:"node"`
 	Present bool          `json:"present"`
 	PTTL    time.Duration `json:"-"`
-	Ours    bool          `json:"held_here"`      // holds this client's current value
-	Type    string        `json:"type,omitempty"` // "not a string" when another client's lock of another kind holds the name
+	Ours    bool          `json:"held_here"`         // holds this client's current value (readers: the key is read-held and this client reads)
+	Type    string        `json:"type,omitempty"`    // "not a string" when another client's lock of another kind holds the name
+	Readers int           `json:"readers,omitempty"` // shared: entries in the readers' set (some may have expired, not yet dropped)
 	Error   string        `json:"error,omitempty"`
 }
 
@@ -92,6 +129,9 @@ func (c *Client) Inspect(ctx context.Context, key string) (KeyState, error) {
 	var ours string
 	if l := c.Holding(key); l != nil {
 		ours = l.value
+		if l.nm.shared {
+			ours = sharedMarker // readers hold the name with the marker
+		}
 	}
 	st := KeyState{Key: key, Nodes: make([]KeyNode, len(c.nodes))}
 	values := make([]string, len(c.nodes))
@@ -105,6 +145,7 @@ func (c *Client) Inspect(ctx context.Context, key string) (KeyState, error) {
 			pipe := nd.client.Pipeline()
 			get := pipe.Get(cctx, nm.lock)
 			pttl := pipe.PTTL(cctx, nm.lock)
+			readers := pipe.ZCard(cctx, nm.readers)
 			_, _ = pipe.Exec(cctx)
 			// GET on a key of another type fails with WRONGTYPE: another client's lock of
 			// another kind (e.g. a Redisson hash), held, not by us. (Not asked with TYPE:
@@ -128,6 +169,9 @@ func (c *Client) Inspect(ctx context.Context, key string) (KeyState, error) {
 				kn.PTTL = pttl.Val()
 				kn.Ours = ours != "" && get.Val() == ours
 				values[i] = get.Val()
+				if get.Val() == sharedMarker {
+					kn.Readers = int(readers.Val())
+				}
 			}
 			st.Nodes[i] = kn
 		}()
@@ -165,15 +209,24 @@ func (c *Client) ForceRelease(ctx context.Context, key string) (int, error) {
 	// any operator override has; fencing guards it).
 	c.queues.beginForce(key)
 	defer c.queues.endForce(key)
-	if l := c.Holding(key); l != nil {
+	held := c.holders(key)
+	for _, l := range held {
 		l.markLost(LostForceReleased)
 	}
 	nm := c.names(key)
 	ctx = context.WithoutCancel(ctx)
 	deleted, _, errs := c.onAll(ctx, "force_release", nil, func(cctx context.Context, nd *node) (bool, error) {
-		n, err := forceReleaseScript.Run(cctx, nd.client, []string{nm.lock}, nm.channel).Int64()
+		n, err := forceReleaseScript.Run(cctx, nd.client, []string{nm.lock, nm.writer, nm.readers}, nm.channel).Int64()
 		return n == 1, err
 	}, 0)
+	// Release the holders marked lost: their renewals stop at once, and compare-and-delete
+	// removes what a renewal in flight may have written back (else a holder draining its
+	// lock would keep renewing the key). Their own Release then finds them released.
+	for _, l := range held {
+		if err := l.Release(ctx); err != nil && !errors.Is(err, ErrReleased) {
+			errs = append(errs, err)
+		}
+	}
 	if len(errs) > 0 {
 		return deleted, fmt.Errorf("redlock: force release %q: %d node(s) failed: %w", key, len(errs), errors.Join(errs...))
 	}

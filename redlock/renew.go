@@ -219,7 +219,9 @@ func (c *Client) extendBatch(ctx context.Context, locks []*Lock) []error {
 			}
 		}
 		out[j] = l.applyExtend(start, yes, no, absent, errs)
-		if out[j] == nil && absent > 0 {
+		// Readers are not re-taken: an entry put back would have to be put back with
+		// the name's marker, and a quorum of entries keeps the reader safe without it.
+		if out[j] == nil && absent > 0 && !l.nm.shared {
 			for i := range c.nodes {
 				if replies[i] != nil && replies[i][j] == 2 {
 					retake[i] = append(retake[i], l)
@@ -247,14 +249,21 @@ func (c *Client) retake(ctx context.Context, perNode [][]*Lock) {
 	})
 }
 
-// lockArgs are the KEYS and ARGV of extendScript and retakeScript for locks.
+// lockArgs are the KEYS and ARGV of extendScript and retakeScript for locks: the lock
+// names, then the readers' sets of the readers among them; the values, the ttls, and
+// whether each is a reader (retakeScript, given no readers, ignores the third part).
 func lockArgs(locks []*Lock) ([]string, []any) {
-	keys := make([]string, len(locks))
-	argv := make([]any, 2*len(locks))
+	n := len(locks)
+	keys := make([]string, n, n+1)
+	argv := make([]any, 3*n)
 	for i, l := range locks {
 		keys[i] = l.nm.lock
 		argv[i] = l.value
-		argv[len(locks)+i] = l.ttl.Milliseconds()
+		argv[n+i] = l.ttl.Milliseconds()
+		argv[2*n+i] = boolArg(l.nm.shared)
+		if l.nm.shared {
+			keys = append(keys, l.nm.readers)
+		}
 	}
 	return keys, argv
 }

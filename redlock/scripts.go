@@ -9,11 +9,12 @@ import "github.com/redis/go-redis/v9"
 // with a PX expiry, as any standard Redlock client (redsync, node-redlock, redis-py) writes it.
 // Fencing counters and release channels live under other names (see names.go).
 
-// acquireScript: KEYS[1] lock, KEYS[2] fencing counter.
+// acquireScript: KEYS[1] lock, KEYS[2] fencing counter, KEYS[3] the writer-waiting mark.
 // ARGV[1] value, ARGV[2] ttl ms, ARGV[3] owner prefix, ARGV[4] "1" for fencing, ARGV[5]
-// counter ttl ms, ARGV[6] this attempt's number (the value is owner prefix .. attempt);
-// with fencing ARGV[7] the proposed token, ARGV[8] how far from the node's clock it may
-// be (µs, either side), ARGV[9] the handoff reserve.
+// counter ttl ms, ARGV[6] this attempt's number (the value is owner prefix .. attempt),
+// ARGV[7] how long a writer-waiting mark lives, ms; with fencing ARGV[8] the proposed
+// token, ARGV[9] how far from the node's clock it may be (µs, either side), ARGV[10] the
+// handoff reserve.
 // The key is taken when absent or when it holds the value of an EARLIER attempt of the
 // same Acquire call (a reply was lost or a round failed), so a retry is never blocked by
 // its own leftovers, while a late release of that earlier attempt (which compares the
@@ -28,6 +29,11 @@ import "github.com/redis/go-redis/v9"
 // another type (nobody else writes under our NUL-suffixed names) counts as missing and
 // is overwritten: it starts from the clock.
 //
+// Shared readers (readAcquireScript) hold the lock name with sharedMarker: to this script
+// the key is busy, and it marks a writer as waiting (KEYS[3], the owner prefix, for
+// ARGV[7] ms) so that no new reader comes in meanwhile (doc.go, "Shared locks"). A
+// writer that gets the key clears its own mark.
+//
 // Fencing (doc.go): the token is the client's proposal when that is above the counter
 // and within the lead of the node's clock (either side), else max(counter+1, node time
 // in µs). So a counter lost in a restart or expired for disuse restarts near the clock,
@@ -41,20 +47,35 @@ local cur = redis.pcall('GET', KEYS[1])
 if type(cur) == 'table' then
   return {0, redis.call('PTTL', KEYS[1])}
 end
+if cur == '` + sharedMarkerLua + `' then
+  redis.call('SET', KEYS[3], ARGV[3], 'PX', ARGV[7])
+  return {0, redis.call('PTTL', KEYS[1])}
+end
 if cur then
   if string.sub(cur, 1, #ARGV[3]) ~= ARGV[3] or (tonumber(string.sub(cur, #ARGV[3] + 1)) or math.huge) >= tonumber(ARGV[6]) then
     return {0, redis.call('PTTL', KEYS[1])}
   end
 end
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+if redis.pcall('GET', KEYS[3]) == ARGV[3] then
+  redis.call('DEL', KEYS[3])
+end
+` + fencingLua + `
+return {1, token, reserved}
+`)
+
+// fencingLua draws the token of a grant (acquireScript and readAcquireScript; see there):
+// ARGV[4] "1" for fencing, ARGV[5] counter ttl ms, ARGV[8] the proposal, ARGV[9] the
+// lead, ARGV[10] the handoff reserve; KEYS[2] the counter. It sets token and reserved.
+const fencingLua = `
 local token, reserved = 0, 0
 if ARGV[4] == '1' then
   local t = redis.call('TIME')
   local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-  local lead = tonumber(ARGV[8])
+  local lead = tonumber(ARGV[9])
   local cv = redis.pcall('GET', KEYS[2])
   local floor = ((type(cv) == 'string' and tonumber(cv)) or 0) + 1
-  local p = tonumber(ARGV[7])
+  local p = tonumber(ARGV[8])
   if p >= floor and p >= now - lead and p <= now + lead then
     token = p
   else
@@ -62,19 +83,88 @@ if ARGV[4] == '1' then
   end
   local stored = token
   if token <= now + lead then
-    stored = token + tonumber(ARGV[9])
+    stored = token + tonumber(ARGV[10])
     reserved = 1
   end
   redis.call('SET', KEYS[2], string.format('%.0f', stored), 'PX', ARGV[5])
+end`
+
+// sharedMarker is what the lock name holds while readers hold the key: no Redlock client
+// writes it (it begins with NUL), so to all of them, ours and others', the key is busy.
+// sharedMarkerLua is the same as a Lua string literal (Lua's \0 escape).
+const (
+	sharedMarker    = "\x00shared"
+	sharedMarkerLua = `\0shared`
+)
+
+// readAcquireScript takes the key shared (a reader). KEYS[1] lock, KEYS[2] counter,
+// KEYS[3] writer-waiting mark, KEYS[4] the readers (a sorted set: value -> expiry, ms of
+// the node's clock); ARGV as acquireScript's. Busy, {0, PTTL}, while a writer holds the
+// lock name or a writer waits (the mark); else the reader's entry is added with its own
+// expiry and the lock name holds sharedMarker until the last entry expires (so the name
+// and the set lapse together, and a plain SET NX, anyone's, finds the key busy).
+// Expired entries (crashed readers) are dropped first.
+var readAcquireScript = redis.NewScript(`
+local cur = redis.pcall('GET', KEYS[1])
+if type(cur) == 'table' or (cur and cur ~= '` + sharedMarkerLua + `') then
+  return {0, redis.call('PTTL', KEYS[1])}
 end
+if redis.pcall('GET', KEYS[3]) then
+  return {0, redis.call('PTTL', KEYS[3])}
+end
+local t = redis.call('TIME')
+local ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', ms)
+redis.call('ZADD', KEYS[4], ms + tonumber(ARGV[2]), ARGV[1])
+` + readersExpiryLua + `
+` + fencingLua + `
 return {1, token, reserved}
+`)
+
+// readersExpiryLua gives the lock name (KEYS[1]) and the readers' set (KEYS[4]) the
+// expiry of the last reader entry (ms: the node's clock), or deletes both when no entry
+// is left. The lock name is touched only while it is free or holds sharedMarker.
+const readersExpiryLua = `
+local name = redis.pcall('GET', KEYS[1])
+local ours = name == false or name == '` + sharedMarkerLua + `'
+local last = redis.call('ZRANGE', KEYS[4], -1, -1, 'WITHSCORES')
+if last[2] and tonumber(last[2]) > ms then
+  local left = tonumber(last[2]) - ms
+  if ours then redis.call('SET', KEYS[1], '` + sharedMarkerLua + `', 'PX', left) end
+  redis.call('PEXPIRE', KEYS[4], left)
+else
+  if ours then redis.call('DEL', KEYS[1]) end
+  redis.call('DEL', KEYS[4])
+end`
+
+// readReleaseScript gives a reader's entry back. KEYS as readAcquireScript's; ARGV[1]
+// value, ARGV[2] release channel, ARGV[3] the releasing client's id. The last reader out
+// frees the lock name and notifies waiters (writers wait for that; readers wait only for
+// writers). Returns as releaseScript does.
+var readReleaseScript = redis.NewScript(`
+if redis.pcall('ZREM', KEYS[4], ARGV[1]) ~= 1 then return 0 end
+local t = redis.call('TIME')
+local ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', ms)
+` + readersExpiryLua + `
+if not redis.pcall('GET', KEYS[1]) then
+  return 1 + redis.call('PUBLISH', ARGV[2], ARGV[3])
+end
+return 1
 `)
 
 // commitScript makes a fencing token durable before it is used: only while we still hold
 // the key on this node, raise the counter to at least the token.
-// KEYS[1] lock, KEYS[2] counter; ARGV[1] value, ARGV[2] token, ARGV[3] counter ttl ms.
+// KEYS[1] lock, KEYS[2] counter, KEYS[3] readers; ARGV[1] value, ARGV[2] token, ARGV[3]
+// counter ttl ms, ARGV[4] "1" for a reader (its entry in the readers' set is what it holds).
 var commitScript = redis.NewScript(`
-if redis.pcall('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+if ARGV[4] == '1' then
+  local sc = redis.pcall('ZSCORE', KEYS[3], ARGV[1])
+  local t = redis.call('TIME')
+  if type(sc) ~= 'string' or tonumber(sc) <= tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) then return 0 end
+elseif redis.pcall('GET', KEYS[1]) ~= ARGV[1] then
+  return 0
+end
 local cv = redis.pcall('GET', KEYS[2])
 local c = (type(cv) == 'string' and tonumber(cv)) or 0
 if tonumber(ARGV[2]) > c then
@@ -85,17 +175,49 @@ end
 return 1
 `)
 
-// extendScript renews any number of locks in one call: KEYS[i] lock, ARGV[i] its value,
-// ARGV[#KEYS+i] its ttl ms. Per key: 1 = extended, 2 = absent, 0 = held by someone else.
+// extendScript renews any number of locks in one call. For n locks: ARGV[i] the value of
+// lock i, ARGV[n+i] its ttl ms, ARGV[2n+i] "1" if it is a reader; KEYS[i] its lock name,
+// and after the n names, the readers' set of each reader, in order. Per lock: 1 =
+// extended, 2 = absent, 0 = held by someone else. A reader is extended while its entry
+// is live and the name still holds sharedMarker; its entry's new expiry may lengthen the
+// name's and the set's.
 // An absent key is not re-taken here: only a lock still renewed on a quorum may re-take
 // the nodes it is missing from (retakeScript), or a force release (or any deletion of a
 // majority) would be undone by the holder's next renewal.
 var extendScript = redis.NewScript(`
-local n = #KEYS
+local n = #ARGV / 3
 local res = {}
-for i, k in ipairs(KEYS) do
+local r = n
+local ms
+for i = 1, n do
+  local k = KEYS[i]
   local cur = redis.pcall('GET', k)
-  if cur == ARGV[i] then
+  if ARGV[2 * n + i] == '1' then
+    r = r + 1
+    local rk = KEYS[r]
+    if cur == '` + sharedMarkerLua + `' then
+      if not ms then
+        local t = redis.call('TIME')
+        ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+      end
+      local sc = redis.pcall('ZSCORE', rk, ARGV[i])
+      if type(sc) == 'string' and tonumber(sc) > ms then
+        local exp = ms + tonumber(ARGV[n + i])
+        redis.call('ZADD', rk, 'XX', exp, ARGV[i])
+        if redis.call('PTTL', k) < exp - ms then
+          redis.call('PEXPIRE', k, exp - ms)
+          redis.call('PEXPIRE', rk, exp - ms)
+        end
+        res[i] = 1
+      else
+        res[i] = 2
+      end
+    elseif not cur then
+      res[i] = 2
+    else
+      res[i] = 0
+    end
+  elseif cur == ARGV[i] then
     redis.call('PEXPIRE', k, ARGV[n + i])
     res[i] = 1
   elseif not cur then
@@ -132,10 +254,12 @@ end
 return 0
 `)
 
-// forceReleaseScript is the operator override: delete whatever holds the key.
-// KEYS[1] lock; ARGV[1] release channel.
+// forceReleaseScript is the operator override: delete whatever holds the key, readers
+// and a waiting writer's mark included. KEYS[1] lock, KEYS[2] writer-waiting mark,
+// KEYS[3] readers; ARGV[1] release channel. Returns 1 if the lock name was there.
 var forceReleaseScript = redis.NewScript(`
 local n = redis.call('DEL', KEYS[1])
+redis.call('DEL', KEYS[2], KEYS[3])
 if n == 1 then redis.call('PUBLISH', ARGV[1], 'force') end
 return n
 `)

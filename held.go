@@ -1,0 +1,173 @@
+package caddyredlock
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/caddy-redlock/caddy-redlock/redlock"
+)
+
+// Lock modes of a request, as {http.redlock.mode}, in the admin API, logs and the metrics'
+// mode label.
+const (
+	modeExclusive = "exclusive"
+	modeShared    = "shared"
+	modeLimit     = "limit"
+)
+
+// modeFor is the mode a request with method takes its keys in.
+func (s *settings) modeFor(method string) string {
+	switch {
+	case s.sharedFor(method):
+		return modeShared
+	case s.limit > 1:
+		return modeLimit
+	}
+	return modeExclusive
+}
+
+// acquireOptions are the redlock options of a request in mode.
+func (s *settings) acquireOptions(mode string) redlock.AcquireOptions {
+	o := redlock.AcquireOptions{Wait: s.waitFor(), TTL: s.ttl, Fencing: s.fencing, Shared: mode == modeShared}
+	if mode == modeLimit {
+		o.Limit = s.limit
+	}
+	return o
+}
+
+// acquire takes the request's keys: one, or several all together (redlock.AcquireAll:
+// sorted order, all or nothing).
+func acquire(ctx context.Context, c *redlock.Client, keys []string, o redlock.AcquireOptions) (heldLocks, error) {
+	if len(keys) == 1 {
+		l, err := c.Acquire(ctx, keys[0], o)
+		if err != nil {
+			return nil, err
+		}
+		return heldLocks{l}, nil
+	}
+	return c.AcquireAll(ctx, keys, o)
+}
+
+// heldLocks are the locks of one request, in lock order: they are renewed, watched and
+// released together, and the request is lost when any one of them is.
+type heldLocks []*redlock.Lock
+
+// attempts is how many rounds the acquire took (the most of any key).
+func (hl heldLocks) attempts() int {
+	n := 0
+	for _, l := range hl {
+		n = max(n, l.Attempts())
+	}
+	return n
+}
+
+// keepAlive starts renewing every lock; the first error stops (the caller releases all).
+func (hl heldLocks) keepAlive(interval, maxHold time.Duration) error {
+	for _, l := range hl {
+		if err := l.KeepAlive(interval, maxHold); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// fencingHeader is the fencing header's value: the token for one key; for several,
+// key=token pairs in lock order, comma-separated.
+func (hl heldLocks) fencingHeader() string {
+	if len(hl) == 1 {
+		return strconv.FormatInt(hl[0].Token(), 10)
+	}
+	parts := make([]string, len(hl))
+	for i, l := range hl {
+		parts[i] = l.Key() + "=" + strconv.FormatInt(l.Token(), 10)
+	}
+	return strings.Join(parts, ",")
+}
+
+// err is nil while every lock is held, else the first lock's error (lost before
+// released, as in redlock.Lock.Err).
+func (hl heldLocks) err() error {
+	var released error
+	for _, l := range hl {
+		if err := l.Err(); errors.Is(err, redlock.ErrLost) {
+			return err
+		} else if err != nil && released == nil {
+			released = err
+		}
+	}
+	return released
+}
+
+// renewals is the fewest renewals of any lock: the request's locks renew together.
+func (hl heldLocks) renewals() int {
+	n := -1
+	for _, l := range hl {
+		if r := l.Renewals(); n < 0 || r < n {
+			n = r
+		}
+	}
+	return max(n, 0)
+}
+
+// validity is the least validity left of any lock.
+func (hl heldLocks) validity() time.Duration {
+	v := hl[0].Validity()
+	for _, l := range hl[1:] {
+		v = min(v, l.Validity())
+	}
+	return v
+}
+
+// handOver passes a lone lock to this instance's next request for its key (Lock.HandOver).
+// Several keys are released in Redis: handing a set on would need a waiter for exactly
+// the same set.
+func (hl heldLocks) handOver() bool {
+	return len(hl) == 1 && hl[0].HandOver()
+}
+
+// release releases every lock at once and joins their errors (ErrReleased only if every
+// one was released already).
+func (hl heldLocks) release(ctx context.Context) error {
+	if len(hl) == 1 {
+		return hl[0].Release(ctx)
+	}
+	errs := make([]error, len(hl))
+	var wg sync.WaitGroup
+	for i, l := range hl {
+		wg.Go(func() { errs[i] = l.Release(ctx) })
+	}
+	wg.Wait()
+	released := 0
+	for i, err := range errs {
+		if errors.Is(err, redlock.ErrReleased) {
+			released++
+			errs[i] = nil
+		}
+	}
+	if released == len(hl) {
+		return redlock.ErrReleased
+	}
+	return errors.Join(errs...)
+}
+
+// onLost runs f once, in a goroutine, when the first of the locks is lost (Lock.OnLost).
+// stop cancels it and reports whether f will never run.
+func (hl heldLocks) onLost(f func(error)) (stop func() bool) {
+	var once sync.Once
+	stops := make([]func() bool, len(hl))
+	for i, l := range hl {
+		stops[i] = l.OnLost(func(err error) { once.Do(func() { f(err) }) })
+	}
+	return func() bool {
+		// A callback that was started runs f, or finds it run by another: f runs once.
+		never := true
+		for _, s := range stops {
+			never = s() && never
+		}
+		return never
+	}
+}

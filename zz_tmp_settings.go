@@ -1,0 +1,4 @@
+package caddyredlock
+
+// TEMPORARY until modes-config lands.
+func (s *settings) sharedFor(method string) bool { return s.shared[method] }
