@@ -35,8 +35,10 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //	        server_name <name>
 //	        insecure_skip_verify
 //	    }
-//	    path <template> [<key>]
-//	    key <template>
+//	    path <template> [<key>...]
+//	    key <template...>
+//	    shared <method...>
+//	    limit <n>
 //	    case_insensitive
 //	    prefix <string>
 //	    ttl <duration>
@@ -93,16 +95,33 @@ func (h *Handler) parseOption(d *caddyfile.Dispenser, opt string) error {
 		return h.parseTLS(d)
 	case "path":
 		args := d.RemainingArgs()
-		if len(args) < 1 || len(args) > 2 {
-			return d.Errf("redlock: path: want <template> [<key>], got %d arguments", len(args))
+		if len(args) < 1 {
+			return d.Errf("redlock: path: want <template> [<key>...], got no argument")
 		}
 		pk := PathKey{Path: args[0]}
-		if len(args) == 2 {
-			pk.Key = args[1]
-		}
+		pk.Key, pk.Keys = oneOrSeveral(args[1:])
 		h.Paths = append(h.Paths, pk)
 	case "key":
-		return oneArg(d, opt, &h.Key)
+		args := d.RemainingArgs()
+		if len(args) == 0 {
+			return d.Errf("redlock: key: want <template...>, got no argument")
+		}
+		h.Key, h.Keys = oneOrSeveral(args)
+	case "shared":
+		h.Shared = d.RemainingArgs()
+		if len(h.Shared) == 0 {
+			return d.Errf("redlock: shared: want the methods that read, e.g. shared GET HEAD")
+		}
+	case "limit":
+		var s string
+		if err := oneArg(d, opt, &s); err != nil {
+			return err
+		}
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 {
+			return d.Errf("redlock: limit: want a whole number of holders >= 1, got %q", s)
+		}
+		h.Limit = n
 	case "case_insensitive":
 		if d.NextArg() {
 			return d.Errf("redlock: case_insensitive: takes no argument")
@@ -185,6 +204,17 @@ func (h *Handler) parseOption(d *caddyfile.Dispenser, opt string) error {
 		return d.Errf("redlock: unknown option %q", opt)
 	}
 	return nil
+}
+
+// oneOrSeveral sorts key templates into the JSON fields: key for one, keys for several.
+func oneOrSeveral(templates []string) (string, []string) {
+	switch len(templates) {
+	case 0:
+		return "", nil
+	case 1:
+		return templates[0], nil
+	}
+	return "", templates
 }
 
 // oneArg reads exactly one argument into dst.

@@ -24,7 +24,9 @@ func TestCaddyfileEveryOption(t *testing.T) {
 		}
 		path /accounts/{id}/* acct:{id}
 		path /docs/{name}
+		path /transfer/{from}/{to} acct:{from} acct:{to}
 		key {http.request.host}{http.request.uri.path}
+		shared get HEAD
 		case_insensitive
 		prefix app:
 		ttl 30s
@@ -47,8 +49,10 @@ func TestCaddyfileEveryOption(t *testing.T) {
 		Redis: []string{"redis://10.0.0.1:6379", "rediss://user:pw@10.0.0.2:6380/2", "10.0.0.3:6379", "unix://u:pw@/run/redis.sock?db=1"},
 		TLS: &TLS{CA: []string{"/ca1.pem", "/ca2.pem"}, ClientCert: "/client.pem", ClientKey: "/client-key.pem",
 			ServerName: "redis.internal", InsecureSkipVerify: true},
-		Paths:           []PathKey{{Path: "/accounts/{id}/*", Key: "acct:{id}"}, {Path: "/docs/{name}"}},
+		Paths: []PathKey{{Path: "/accounts/{id}/*", Key: "acct:{id}"}, {Path: "/docs/{name}"},
+			{Path: "/transfer/{from}/{to}", Keys: []string{"acct:{from}", "acct:{to}"}}},
 		Key:             "{http.request.host}{http.request.uri.path}",
+		Shared:          []string{"get", "HEAD"},
 		CaseInsensitive: true,
 		Prefix:          "app:",
 		TTL:             dur(30 * time.Second),
@@ -84,13 +88,13 @@ func TestDefaults(t *testing.T) {
 	want := settings{
 		urls: []string{"127.0.0.1:6379"}, prefix: "redlock:", ttl: 10 * time.Second, maxTTL: 10 * time.Second, renew: 10 * time.Second / 3,
 		wait: 5 * time.Second, retryMin: 25 * time.Millisecond, retryMax: 250 * time.Millisecond,
-		nodeTimeout: 100 * time.Millisecond, drift: 0.01, busyStatus: 423, fencingHeader: "Redlock-Fencing-Token",
+		nodeTimeout: 100 * time.Millisecond, drift: 0.01, busyStatus: 423, fencingHeader: "Redlock-Fencing-Token", limit: 1,
 	}
 	if !reflect.DeepEqual(*s, want) {
 		t.Errorf("defaults\n%+v\nwant\n%+v", *s, want)
 	}
-	k, err := newKeyer(nil, "", false)
-	if err != nil || k.fallback != "{http.redlock.path}" {
+	k, err := newKeyer(nil, nil, false)
+	if err != nil || len(k.fallback) != 1 || k.fallback[0] != "{http.redlock.path}" {
 		t.Errorf("default key template %q, %v", k.fallback, err)
 	}
 	// One retry_delay value is both bounds.
@@ -122,15 +126,25 @@ func TestCaddyfileErrors(t *testing.T) {
 		{"redlock {\nredis localhost\n}", `node "localhost": want redis://host:port`},
 		{"redlock {\nredis redis://user:secret@:bad:port\n}", "xxxxx"},
 		{"redlock {\n" + r + "bogus 1\n}", `unknown option "bogus"`},
-		{"redlock {\n" + r + "path\n}", "path: want <template> [<key>], got 0"},
-		{"redlock {\n" + r + "path /a b c\n}", "path: want <template> [<key>], got 3"},
+		{"redlock {\n" + r + "path\n}", "path: want <template> [<key>...], got no argument"},
+		{"redlock {\n" + r + "path /a/{x} " + strings.Repeat("k{x} ", 17) + "\n}", "path 1 (/a/{x}): 17 keys, at most 16"},
+		{"redlock {\n" + r + "key " + strings.Repeat("k ", 17) + "\n}", "key: 17 keys, at most 16"},
+		{"redlock {\n" + r + "key\n}", "key: want <template...>, got no argument"},
+		{"redlock {\n" + r + "path /a/{id} a:{id} {nope}\n}", "unknown capture {nope}"},
+		{"redlock {\n" + r + "shared\n}", "shared: want the methods that read"},
+		{"redlock {\n" + r + "shared GET FOO\n}", `shared: unknown method "FOO"`},
+		{"redlock {\n" + r + "limit 0\n}", `limit: want a whole number of holders >= 1, got "0"`},
+		{"redlock {\n" + r + "limit -1\n}", `limit: want a whole number of holders >= 1, got "-1"`},
+		{"redlock {\n" + r + "limit abc\n}", `limit: want a whole number`},
+		{"redlock {\n" + r + "limit 1 2\n}", "limit: want exactly one argument, got 2"},
+		{"redlock {\n" + r + "limit 1000\n}", "limit: must be 1 to 64, got 1000"},
+		{"redlock {\n" + r + "limit 2\nshared GET\n}", "shared and limit cannot be combined"},
 		{"redlock {\n" + r + "path a\n}", `path 1 (a): keys: pattern "a": must start with "/"`},
 		{"redlock {\n" + r + "path /a/*/b\n}", `"*" must be the last segment`},
 		{"redlock {\n" + r + "path /a/{id} {nope}\n}", "unknown capture {nope}"},
 		{"redlock {\n" + r + "path /a/{method}\n}", "Caddyfile placeholder shorthand"},
 		{"redlock {\n" + r + "path /a/{x}/{x}\n}", "duplicate capture name"},
 		{"redlock {\n" + r + "key {id}\n}", "key: keys: pattern \"/*\": key \"{id}\": unknown capture {id}"},
-		{"redlock {\n" + r + "key a b\n}", "key: want exactly one argument, got 2"},
 		{"redlock {\n" + r + "case_insensitive yes\n}", "case_insensitive: takes no argument"},
 		{"redlock {\n" + r + "dry_run yes\n}", "dry_run: takes no argument"},
 		{"redlock {\n" + r + "prefix\n}", "prefix: want exactly one argument, got 0"},
@@ -207,6 +221,13 @@ func TestJSONErrors(t *testing.T) {
 		{func(h *Handler) { h.TLS = &TLS{ClientCert: "c.pem"} }, "tls: client_cert: want both a certificate and a key file"},
 		{func(h *Handler) { h.TLS = &TLS{CA: []string{" "}} }, "tls: ca: empty file name"},
 		{func(h *Handler) { h.Redis = []string{"unix:///"} }, "no socket path"},
+		{func(h *Handler) { h.Key, h.Keys = "a", []string{"b", "c"} }, "key: give key or keys, not both"},
+		{func(h *Handler) { h.Paths = []PathKey{{Path: "/a", Key: "a", Keys: []string{"b"}}} }, "path 1 (/a): give key or keys, not both"},
+		{func(h *Handler) { h.Keys = []string{"a", ""} }, "key: an empty key template"},
+		{func(h *Handler) { h.Limit = -1 }, "limit: must be 1 to 64, got -1"},
+		{func(h *Handler) { h.Limit = 65 }, "limit: must be 1 to 64, got 65"},
+		{func(h *Handler) { h.Limit, h.Shared = 3, []string{"GET"} }, "shared and limit cannot be combined"},
+		{func(h *Handler) { h.Shared = []string{"GETT"} }, `shared: unknown method "GETT"`},
 	} {
 		h := ok()
 		tc.mod(&h)
@@ -218,7 +239,7 @@ func TestJSONErrors(t *testing.T) {
 }
 
 func TestCaseInsensitivePatterns(t *testing.T) {
-	k, err := newKeyer([]PathKey{{Path: "/Accounts/{ID}/*", Key: "acct:{ID}"}}, "", true)
+	k, err := newKeyer([]PathKey{{Path: "/Accounts/{ID}/*", Key: "acct:{ID}"}}, nil, true)
 	if err != nil {
 		t.Fatal(err)
 	}

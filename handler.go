@@ -35,7 +35,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		// writer pass the upstream's fencing check.
 		r.Header.Del(h.s.fencingHeader)
 	}
-	key, err := h.keys.render(r, repl)
+	keys, err := h.keys.render(r, repl)
 	if errors.Is(err, errUnlocked) {
 		repl.Set(phKey, "") // known, so "{http.redlock.key}" renders empty downstream
 		repl.Set(phMode, "")
@@ -44,8 +44,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	if err != nil {
 		return err
 	}
-	keys := []string{key} // TEMPORARY until modes-config lands
-	key = strings.Join(keys, " ")
+	key := strings.Join(keys, " ")
 	mode := h.s.modeFor(r.Method)
 	repl.Set(phKey, key)
 	repl.Set(phMode, mode)

@@ -480,7 +480,8 @@ func holdKey(t *testing.T, servers []*redistest.Server, prefix, key string, ttl 
 	if err != nil {
 		t.Fatal(err)
 	}
-	l, err := c.Acquire(context.Background(), key, redlock.AcquireOptions{})
+	// A wait: the test's own load may hold the key a moment.
+	l, err := c.Acquire(context.Background(), key, redlock.AcquireOptions{Wait: 5 * time.Second})
 	if err != nil {
 		c.Close()
 		t.Fatalf("holding %q: %v", key, err)

@@ -11,34 +11,6 @@ import (
 	"github.com/caddy-redlock/caddy-redlock/redlock"
 )
 
-// Lock modes of a request, as {http.redlock.mode}, in the admin API, logs and the metrics'
-// mode label.
-const (
-	modeExclusive = "exclusive"
-	modeShared    = "shared"
-	modeLimit     = "limit"
-)
-
-// modeFor is the mode a request with method takes its keys in.
-func (s *settings) modeFor(method string) string {
-	switch {
-	case s.sharedFor(method):
-		return modeShared
-	case s.limit > 1:
-		return modeLimit
-	}
-	return modeExclusive
-}
-
-// acquireOptions are the redlock options of a request in mode.
-func (s *settings) acquireOptions(mode string) redlock.AcquireOptions {
-	o := redlock.AcquireOptions{Wait: s.waitFor(), TTL: s.ttl, Fencing: s.fencing, Shared: mode == modeShared}
-	if mode == modeLimit {
-		o.Limit = s.limit
-	}
-	return o
-}
-
 // acquire takes the request's keys: one, or several all together (redlock.AcquireAll:
 // sorted order, all or nothing).
 func acquire(ctx context.Context, c *redlock.Client, keys []string, o redlock.AcquireOptions) (heldLocks, error) {

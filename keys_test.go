@@ -22,8 +22,8 @@ func renderPath(k *keyer, path string, hdr http.Header) (string, *caddy.Replacer
 		r.Header[name] = v
 	}
 	repl := caddyhttp.NewTestReplacer(r)
-	key, err := k.render(r, repl)
-	return key, repl, err
+	ks, err := k.render(r, repl)
+	return strings.Join(ks, " "), repl, err
 }
 
 func status(err error) int {
@@ -41,7 +41,7 @@ func TestRender(t *testing.T) {
 		{Path: "/t/{x}", Key: "{x}:{http.request.header.X-Tenant}"},
 		{Path: "/bad/{x}", Key: "{http.nope.placeholder}"},
 		{Path: "/files/*"},
-	}, "", false)
+	}, nil, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -89,7 +89,7 @@ func TestRender(t *testing.T) {
 	}
 
 	// Keys stay bounded; a key that renders empty is refused.
-	k, _ = newKeyer(nil, "{http.request.header.X-Tenant}", false)
+	k, _ = newKeyer(nil, []string{"{http.request.header.X-Tenant}"}, false)
 	if _, _, err := renderPath(k, "/x", nil); status(err) != http.StatusBadRequest {
 		t.Errorf("empty key: %v", err)
 	}
@@ -112,7 +112,7 @@ func FuzzRenderKey(f *testing.F) {
 		k, err := newKeyer([]PathKey{
 			{Path: "/Accounts/{id}/*", Key: "acct:{id}"},
 			{Path: "/t/{x}"},
-		}, "{http.request.uri.path}", fold)
+		}, []string{"{http.request.uri.path}"}, fold)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -135,4 +135,31 @@ func FuzzRenderKey(f *testing.F) {
 			t.Fatalf("%q gives %q but its normal form %q gives %q (%v)", path, key, norm, again, err)
 		}
 	})
+}
+
+// Several keys render in one order whatever the path says (sorted, duplicates merged):
+// the order every request takes them in. One rendering empty refuses the request.
+func TestRenderSeveralKeys(t *testing.T) {
+	k, err := newKeyer([]PathKey{
+		{Path: "/transfer/{from}/{to}", Keys: []string{"account:{from}", "account:{to}"}},
+		{Path: "/t/{x}", Keys: []string{"{x}", "{http.request.header.X-Tenant}"}},
+	}, []string{"z", "a", "z"}, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		path, want string
+		status     int
+	}{
+		{"/transfer/b/a", "account:a account:b", 0},
+		{"/transfer/a/b", "account:a account:b", 0},
+		{"/transfer/a/a", "account:a", 0},
+		{"/elsewhere", "a z", 0},
+		{"/t/x", "", http.StatusBadRequest}, // the tenant header is missing: that key is empty
+	} {
+		got, _, err := renderPath(k, tc.path, nil)
+		if status(err) != tc.status || got != tc.want {
+			t.Errorf("%s: %q (status %d, %v), want %q (status %d)", tc.path, got, status(err), err, tc.want, tc.status)
+		}
+	}
 }

@@ -41,8 +41,9 @@ func init() {
 //
 // Placeholder | Description
 // ------------|-------------
-// `{http.redlock.key}` | the lock key (without prefix); empty when the request is not locked
-// `{http.redlock.token}` | the fencing token (with fencing)
+// `{http.redlock.key}` | the lock key (without prefix); several keys: in lock order, joined by a space; empty when the request is not locked
+// `{http.redlock.mode}` | exclusive, shared or limit; empty when the request is not locked
+// `{http.redlock.token}` | the fencing token (with fencing); several keys: key=token pairs in lock order, comma-separated
 // `{http.redlock.wait_ms}` | how long the request waited for its lock, in ms
 // `{http.redlock.path}` | the normalized request path the key was rendered from
 // `{http.redlock.param.*}` | each capture of the matching path template, by name
@@ -60,6 +61,16 @@ type Handler struct {
 	// {http.request.uri.path}, the normalized path); with paths it is the key for
 	// requests no path template matches (without it those requests are not locked).
 	Key string `json:"key,omitempty"`
+	// Keys are several key templates in place of Key: a request holds all of them or
+	// none, taken in sorted order (at most 16). Not together with Key.
+	Keys []string `json:"keys,omitempty"`
+	// Shared lists the methods (e.g. GET, HEAD) whose requests take their keys shared:
+	// they run together, never while a request of another method holds a key, and a
+	// waiting writer keeps new readers out. Default: none (every request exclusive).
+	Shared []string `json:"shared,omitempty"`
+	// Limit lets up to Limit requests hold a key at once, across all instances (a
+	// distributed concurrency limit). Default 1: a mutex. Not together with Shared.
+	Limit int `json:"limit,omitempty"`
 	// CaseInsensitive lowercases the normalized path (and pattern literals), so
 	// /Doc and /doc take the same lock.
 	CaseInsensitive bool `json:"case_insensitive,omitempty"`
@@ -115,7 +126,7 @@ type Handler struct {
 	cfgDone   <-chan struct{} // identifies the config this handler belongs to
 }
 
-// PathKey is one `path <template> [<key>]` line.
+// PathKey is one `path <template> [<key>...]` line.
 type PathKey struct {
 	// Path is the path template: literal segments, `{name}` for exactly one segment, and
 	// a trailing `*` for the rest. Required.
@@ -123,6 +134,9 @@ type PathKey struct {
 	// Key is the key template for requests this path matches; it may use the `{name}`
 	// captures and any placeholder. Default: the template with its captures filled in.
 	Key string `json:"key,omitempty"`
+	// Keys are several key templates in place of Key: the request holds all of them or
+	// none, taken in sorted order (at most 16). Not together with Key.
+	Keys []string `json:"keys,omitempty"`
 }
 
 // CaddyModule returns the Caddy module information.
@@ -140,7 +154,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	if err != nil {
 		return fmt.Errorf("redlock: %w", err)
 	}
-	k, err := newKeyer(h.Paths, h.Key, h.CaseInsensitive)
+	k, err := h.newKeyer()
 	if err != nil {
 		return fmt.Errorf("redlock: %w", err)
 	}
@@ -230,8 +244,8 @@ type settings struct {
 	fencingHeader string
 	bypass        bool
 	dryRun        bool
-	shared        map[string]bool // TEMPORARY until modes-config lands
-	limit         int
+	shared        map[string]bool // methods that take their keys shared (nil: none)
+	limit         int             // holders per key: 1 = a mutex
 }
 
 // Defaults of the handler's own options; those of the lock itself (prefix, ttl,
@@ -330,10 +344,22 @@ func (h *Handler) resolve() (*settings, error) {
 	default:
 		return nil, fmt.Errorf(`on_unavailable: must be "fail" or "bypass", got %q`, h.OnUnavailable)
 	}
-	if _, err := newKeyer(h.Paths, h.Key, h.CaseInsensitive); err != nil {
+	if _, err := h.newKeyer(); err != nil {
+		return nil, err
+	}
+	if err := s.resolveModes(h.Shared, h.Limit); err != nil {
 		return nil, err
 	}
 	return s, nil
+}
+
+// newKeyer builds the handler's keyer.
+func (h *Handler) newKeyer() (*keyer, error) {
+	fallback, err := keyTemplates(h.Key, h.Keys)
+	if err != nil {
+		return nil, fmt.Errorf("key: %w", err)
+	}
+	return newKeyer(h.Paths, fallback, h.CaseInsensitive)
 }
 
 func (s *settings) resolveRetry(rd []caddy.Duration) error {

@@ -29,9 +29,9 @@ func newNamespace(urls []string, s *settings, h *Handler) namespace {
 	sorted := slices.Sorted(slices.Values(urls))
 	var keys strings.Builder
 	for _, p := range h.Paths {
-		keys.WriteString(p.Path + " " + p.Key + "\n")
+		keys.WriteString(p.Path + " " + p.Key + " " + strings.Join(p.Keys, " ") + "\n")
 	}
-	keys.WriteString(h.Key)
+	keys.WriteString(h.Key + " " + strings.Join(h.Keys, " "))
 	return namespace{nodes: strings.Join(sorted, "\n"), prefix: s.prefix, keys: keys.String(), caseInsensitive: h.CaseInsensitive}
 }
 

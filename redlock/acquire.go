@@ -40,6 +40,12 @@ func (c *Client) Acquire(ctx context.Context, key string, o AcquireOptions) (*Lo
 	if o.Wait < 0 {
 		return nil, fmt.Errorf("redlock: wait must be >= 0, got %v", o.Wait)
 	}
+	if o.Limit < 0 || o.Limit > MaxLimit {
+		return nil, fmt.Errorf("redlock: limit must be 0 to %d, got %d", MaxLimit, o.Limit)
+	}
+	if o.Limit > 1 && o.Shared {
+		return nil, errors.New("redlock: a lock cannot be both shared and limited")
+	}
 	start := time.Now()
 	waitCtx, cancel := context.WithDeadline(ctx, start.Add(o.Wait))
 	defer cancel()
@@ -47,8 +53,11 @@ func (c *Client) Acquire(ctx context.Context, key string, o AcquireOptions) (*Lo
 	busy := func(attempts int, retryAfter time.Duration) error {
 		return &BusyError{Key: key, Attempts: attempts, Waited: time.Since(start), RetryAfter: retryAfter}
 	}
-	nm := c.names(key)
-	nm.shared = o.Shared
+	slots := []names{c.names(key)}
+	slots[0].shared = o.Shared
+	if o.Limit > 1 {
+		slots = c.slotNames(key, o.Limit)
+	}
 	// Local line first: only one waiter per key per process contends in Redis. The
 	// previous holder may hand its lock over with the turn (handoff.go). Readers skip it:
 	// they do not exclude each other, and one reader's turn would hold up the next.
@@ -67,8 +76,10 @@ func (c *Client) Acquire(ctx context.Context, key string, o AcquireOptions) (*Lo
 			return handed, nil
 		}
 	}
-	l, err := c.contend(ctx, waitCtx, q, nm, key, ttl, o.Fencing, start, busy)
-	if err != nil && q != nil {
+	l, err := c.contend(ctx, waitCtx, q, slots, key, ttl, o.Fencing, start, busy)
+	if q != nil && (err != nil || len(slots) > 1) {
+		// A limited key's holder does not keep the line: the next local waiter tries
+		// the other places at once (limit.go).
 		c.queues.done(q, false)
 	}
 	return l, err
@@ -78,8 +89,10 @@ func (c *Client) Acquire(ctx context.Context, key string, o AcquireOptions) (*Lo
 // jittered delay, until the wait runs out.
 //
 // q is nil for a reader (no local line): it then watches the key's notices on its own.
-func (c *Client) contend(ctx, waitCtx context.Context, q *keyQueue, nm names, key string, ttl time.Duration, fencing bool,
+// slots are where the lock may be taken: one, or a limited key's places (limit.go).
+func (c *Client) contend(ctx, waitCtx context.Context, q *keyQueue, slots []names, key string, ttl time.Duration, fencing bool,
 	start time.Time, busy func(int, time.Duration) error) (*Lock, error) {
+	nm := slots[0]             // the key's notices: every place of a limited key shares its channel
 	owner := rand.Text() + ":" // 130 random bits: values must be unguessable (they allow release)
 	var w *watch
 	watchNotices := func() *watch {
@@ -112,9 +125,13 @@ func (c *Client) contend(ctx, waitCtx context.Context, q *keyQueue, nm names, ke
 		// BusyError's RetryAfter is 0 (Retry-After: 1); with wait 0 the script runs.
 		plain := attempt == 1 && !fencing && !nm.shared && waitCtx.Err() == nil
 		forces := c.queues.forceNow(key)
-		res := c.tryOnce(ctx, nm, owner, attempt, ttl, fencing, plain)
+		got, res := c.trySlots(ctx, slots, owner, attempt, ttl, fencing, plain)
 		if res.validity > 0 {
-			l := c.newLock(nm, key, owner+strconv.Itoa(attempt), ttl, fencing, start, attempt, q, res)
+			lq := q
+			if len(slots) > 1 {
+				lq = nil // a place of a limited key: no line kept, no handoff
+			}
+			l := c.newLock(got, key, owner+strconv.Itoa(attempt), ttl, fencing, start, attempt, lq, res)
 			// A force release of this key that began since this round did may have found
 			// no holder registered (ForceRelease marks the holder lost) and deleted our
 			// SETs: the lock cannot be trusted. Give it up and, while the wait lasts, try

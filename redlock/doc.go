@@ -159,4 +159,25 @@
 // handed over; each reader takes its entry in Redis. They wait for release notices like
 // the head of a line, and this client wakes its own waiters when it releases (it ignores
 // its own notices from Redis).
+//
+// # Limited keys
+//
+// AcquireOptions.Limit = n > 1 (limit.go): n places, each an ordinary exclusive lock
+// under its own name. Claim: at most n holders at once. Each holder holds one place by a
+// quorum of grants, and two holders of one place cannot both be valid (the mutex's
+// argument, place by place); with n places, at most n. A counter of holders voted by
+// majority would not do: with n = 2 on 3 nodes, three clients can each win 2 of the 3
+// nodes' counters. The places' fencing tokens come from the key's one counter: distinct
+// across the key, strictly increasing per place. Restarts, quarantine, renewal and force
+// release are the mutex's (a force release deletes every place).
+//
+// # Several keys
+//
+// AcquireAll (multi.go) takes sorted, distinct keys one by one, each an ordinary lock
+// of the requested mode, releasing those taken when one fails. Claim: no deadlock among
+// callers, whatever key sets they ask for. A caller holding keys waits only for a key
+// larger than every key it holds; in a cycle of callers each waiting for a key the next
+// holds, the keys waited for would strictly increase around the cycle, which cannot
+// close. (The wait also bounds each call.) Safety per key is each lock's own; the set is
+// lost when any of its locks is, which the caller watches.
 package redlock

@@ -174,6 +174,8 @@ type AcquireOptions struct {
 	// exclusive holder (a writer) does, and a waiting writer keeps new readers out
 	// (doc.go, "Shared locks"). Readers are never handed over locally.
 	Shared bool
-	// Limit > 1 lets up to Limit holders have the key at once (TEMPORARY placeholder).
+	// Limit > 1 lets up to Limit holders have the key at once, across all clients (a
+	// distributed concurrency limit, limit.go); 0 or 1 is a mutex. At most MaxLimit; not
+	// with Shared.
 	Limit int
 }

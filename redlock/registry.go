@@ -214,10 +214,14 @@ func (c *Client) ForceRelease(ctx context.Context, key string) (int, error) {
 		l.markLost(LostForceReleased)
 	}
 	nm := c.names(key)
+	forceKeys := []string{nm.lock, nm.writer, nm.readers}
+	for _, s := range c.slotNames(key, MaxLimit) {
+		forceKeys = append(forceKeys, s.lock)
+	}
 	ctx = context.WithoutCancel(ctx)
 	deleted, _, errs := c.onAll(ctx, "force_release", nil, func(cctx context.Context, nd *node) (bool, error) {
-		n, err := forceReleaseScript.Run(cctx, nd.client, []string{nm.lock, nm.writer, nm.readers}, nm.channel).Int64()
-		return n == 1, err
+		n, err := forceReleaseScript.Run(cctx, nd.client, forceKeys, nm.channel).Int64()
+		return n > 0, err
 	}, 0)
 	// Release the holders marked lost: their renewals stop at once, and compare-and-delete
 	// removes what a renewal in flight may have written back (else a holder draining its

@@ -254,13 +254,15 @@ end
 return 0
 `)
 
-// forceReleaseScript is the operator override: delete whatever holds the key, readers
-// and a waiting writer's mark included. KEYS[1] lock, KEYS[2] writer-waiting mark,
-// KEYS[3] readers; ARGV[1] release channel. Returns 1 if the lock name was there.
+// forceReleaseScript is the operator override: delete whatever holds the key, readers,
+// a waiting writer's mark and a limited key's places included. KEYS[1] lock, KEYS[2]
+// writer-waiting mark, KEYS[3] readers, KEYS[4..] the places; ARGV[1] release channel.
+// Returns how many of the lock name and the places were there.
 var forceReleaseScript = redis.NewScript(`
 local n = redis.call('DEL', KEYS[1])
 redis.call('DEL', KEYS[2], KEYS[3])
-if n == 1 then redis.call('PUBLISH', ARGV[1], 'force') end
+for i = 4, #KEYS do n = n + redis.call('DEL', KEYS[i]) end
+if n > 0 then redis.call('PUBLISH', ARGV[1], 'force') end
 return n
 `)
 

@@ -1,0 +1,163 @@
+package redlock
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/caddy-redlock/caddy-redlock/internal/redistest"
+)
+
+// Many holders of two clients on one key with Limit 3: never more than 3 inside, and 3
+// reached (the limit is not stricter than it says).
+func TestLimitHolders(t *testing.T) {
+	servers := redistest.StartN(t, 3)
+	const workers, iterations = 5, 8
+	var inside, most atomic.Int32
+	var wg sync.WaitGroup
+	for ci := 0; ci < 2; ci++ {
+		c := newTestClient(t, servers, fastOptions())
+		for w := 0; w < workers; w++ {
+			wg.Go(func() {
+				for i := 0; i < iterations; i++ {
+					l, err := c.Acquire(context.Background(), "pool", AcquireOptions{Limit: 3, Wait: 20 * time.Second, Fencing: true})
+					if err != nil {
+						t.Errorf("acquire: %v", err)
+						return
+					}
+					n := inside.Add(1)
+					for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+					}
+					if n > 3 {
+						t.Errorf("%d holders of a key limited to 3", n)
+					}
+					time.Sleep(5 * time.Millisecond)
+					inside.Add(-1)
+					if err := l.Release(context.Background()); err != nil {
+						t.Errorf("release: %v", err)
+					}
+				}
+			})
+		}
+	}
+	wg.Wait()
+	if most.Load() != 3 {
+		t.Fatalf("at most %d holders at once, want the limit 3 reached", most.Load())
+	}
+}
+
+// The places are ordinary locks, released and renewed as such; a full key is busy, and a
+// waiter gets a place as soon as one is released, by the notice, not by polling (the
+// retry delay is set far longer than the test waits), also when the holder is of the
+// same client (which ignores its own notices from Redis).
+func TestLimitWaiterWokenByRelease(t *testing.T) {
+	servers := redistest.StartN(t, 3)
+	opt := notifyOptions()
+	opt.TTL = 10 * time.Second // the holders' remaining ttl must not cut the waiter's sleep short
+	a := newTestClient(t, servers, opt)
+	b := newTestClient(t, servers, opt)
+	lim := AcquireOptions{Limit: 2}
+	l1 := mustAcquire(t, a, "pool", lim)
+	l2 := mustAcquire(t, b, "pool", lim)
+	if l1.Key() != "pool" || l2.Key() != "pool" {
+		t.Fatalf("keys %q %q, want the user's key", l1.Key(), l2.Key())
+	}
+	if _, err := l1.Extend(context.Background()); err != nil {
+		t.Fatalf("extend a place: %v", err)
+	}
+	if _, err := a.Acquire(context.Background(), "pool", lim); !errors.Is(err, ErrBusy) {
+		t.Fatalf("third holder of a key limited to 2: %v, want busy", err)
+	}
+	for _, tc := range []struct {
+		name     string
+		waiter   *Client
+		released *Lock
+	}{{"other client's release", b, l1}, {"own client's release", b, l2}} {
+		got := make(chan error, 1)
+		go func() {
+			l, err := tc.waiter.Acquire(context.Background(), "pool", AcquireOptions{Limit: 2, Wait: 10 * time.Second})
+			if err == nil {
+				t.Cleanup(func() { _ = l.Release(context.Background()) })
+			}
+			got <- err
+		}()
+		time.Sleep(300 * time.Millisecond) // the waiter is subscribed and asleep
+		released := time.Now()
+		if err := tc.released.Release(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-got; err != nil {
+			t.Fatalf("%s: waiter: %v", tc.name, err)
+		}
+		if d := time.Since(released); d > opt.RetryDelayMin/2 {
+			t.Errorf("%s: waiter took %v after the release: notice not received?", tc.name, d)
+		}
+	}
+}
+
+// A client's waiters for a limited key get their places in arrival order.
+func TestLimitLocalWaitersFIFO(t *testing.T) {
+	servers := redistest.StartN(t, 3)
+	c := newTestClient(t, servers, fastOptions())
+	lim := AcquireOptions{Limit: 2, Wait: 10 * time.Second}
+	h1, h2 := mustAcquire(t, c, "pool", lim), mustAcquire(t, c, "pool", lim)
+	var mu sync.Mutex
+	var order []int
+	var wg sync.WaitGroup
+	for i := range 4 {
+		wg.Go(func() {
+			l, err := c.Acquire(context.Background(), "pool", lim)
+			if err != nil {
+				t.Errorf("waiter %d: %v", i, err)
+				return
+			}
+			mu.Lock()
+			order = append(order, i)
+			mu.Unlock()
+			time.Sleep(20 * time.Millisecond)
+			_ = l.Release(context.Background())
+		})
+		time.Sleep(30 * time.Millisecond) // arrive in order
+	}
+	_ = h1.Release(context.Background())
+	_ = h2.Release(context.Background())
+	wg.Wait()
+	for i, w := range order {
+		if w != i {
+			t.Fatalf("waiters served in order %v, want arrival order", order)
+		}
+	}
+}
+
+func TestLimitBadInput(t *testing.T) {
+	servers := redistest.StartN(t, 1)
+	c := newTestClient(t, servers, fastOptions())
+	for _, o := range []AcquireOptions{{Limit: -1}, {Limit: MaxLimit + 1}, {Limit: 2, Shared: true}} {
+		if _, err := c.Acquire(context.Background(), "k", o); err == nil || errors.Is(err, ErrBusy) {
+			t.Errorf("%+v: %v, want an error", o, err)
+		}
+	}
+}
+
+// An operator's force release frees every place of a limited key.
+func TestLimitForceRelease(t *testing.T) {
+	servers := redistest.StartN(t, 3)
+	c := newTestClient(t, servers, fastOptions())
+	lim := AcquireOptions{Limit: 2}
+	l1, l2 := mustAcquire(t, c, "pool", lim), mustAcquire(t, c, "pool", lim)
+	if _, err := c.ForceRelease(context.Background(), "pool"); err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range []*Lock{l1, l2} {
+		if !errors.Is(l.Err(), ErrLost) {
+			t.Fatalf("holder after force release: %v", l.Err())
+		}
+	}
+	other := newTestClient(t, servers, fastOptions())
+	for range 2 {
+		_ = mustAcquire(t, other, "pool", AcquireOptions{Limit: 2, Wait: time.Second})
+	}
+}
