@@ -49,9 +49,9 @@ type site struct {
 	logLevel    string
 }
 
-// caddyfile renders the instance's Caddyfile: the redlock handler on /r/{id} with
-// fencing, then reverse_proxy to the checking upstream, passing the lock key and the
-// instance number.
+// caddyfile renders the instance's Caddyfile: a redlock handler with fencing per route
+// (/r/{id} exclusive, and the lock modes' routes: modes.go), then reverse_proxy to the
+// checking upstream, passing the lock key, the mode and the instance number.
 func (s site) caddyfile() string {
 	return fmt.Sprintf(`{
 	admin 127.0.0.1:%d
@@ -68,24 +68,22 @@ func (s site) caddyfile() string {
 
 http://127.0.0.1:%d {
 	bind 127.0.0.1
-	redlock {
-		redis %s
-		prefix chaos:
-		path /r/{id} res:{id}
-		ttl %s
-		wait %s
-		node_timeout %s
-		fencing
-	}
-	reverse_proxy %s {
+%s	reverse_proxy %s {
 		header_up %s {http.redlock.key}
+		header_up %s {http.redlock.mode}
 		header_up %s %d
 		header_up %s {http.redlock.wait_ms}
 		flush_interval -1
 	}
 }
-`, s.adminPort, s.storage, s.logPath, s.logLevel, s.port, strings.Join(s.urls, " "),
-		s.ttl, s.wait, s.nodeTimeout, s.upstream, headerKey, headerInst, s.inst, headerWait)
+`, s.adminPort, s.storage, s.logPath, s.logLevel, s.port, modeRoutes(s.lockOptions()),
+		s.upstream, headerKey, headerMode, headerInst, s.inst, headerWait)
+}
+
+// lockOptions are the options every route's redlock handler has (one locker for all).
+func (s site) lockOptions() string {
+	return fmt.Sprintf("\t\tredis %s\n\t\tprefix chaos:\n\t\tttl %s\n\t\twait %s\n\t\tnode_timeout %s\n\t\tfencing\n",
+		strings.Join(s.urls, " "), s.ttl, s.wait, s.nodeTimeout)
 }
 
 // instance is one cmd/caddy process.

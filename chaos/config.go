@@ -13,6 +13,8 @@ type config struct {
 	proxied   []int
 	clients   int // hot-key client loops
 	streamers int // streaming client loops
+	// modeClients are the client loops of the lock modes' routes (modes.go).
+	modeClients int
 	hotKeys   int
 	holdMin   time.Duration // upstream hold of a hot-key request
 	holdMax   time.Duration
@@ -49,12 +51,12 @@ func preset(mode string) (config, error) {
 	}
 	switch mode {
 	case "short":
-		c.clients, c.streamers = 24, 4
+		c.clients, c.streamers, c.modeClients = 24, 4, 8
 		c.steady, c.faultHold, c.recoverMax, c.settle = 2*time.Second, 2500*time.Millisecond, 10*time.Second, time.Second
 		c.reloads, c.rounds = 4, 1
 		c.deadline = 4*time.Minute + 30*time.Second
 	case "full":
-		c.clients, c.streamers, c.hotKeys = 48, 6, 4
+		c.clients, c.streamers, c.modeClients, c.hotKeys = 48, 6, 12, 4
 		c.steady, c.faultHold, c.recoverMax, c.settle = 4*time.Second, 4*time.Second, 20*time.Second, 2*time.Second
 		c.reloads, c.rounds, c.extra = 8, 2, true
 		c.deadline = 25 * time.Minute

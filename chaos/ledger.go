@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"maps"
 	"strings"
 	"sync"
 	"time"
@@ -26,14 +27,25 @@ import (
 //     than a grace (ttl + slack) after the quorum was lost: such a lock cannot be valid.
 //   - A superseded (stale) stream must be cancelled by Caddy once its instance runs again:
 //     the upstream waits for that and records when it came.
+//
+// Lock modes (modes.go in this directory) change what an overlap is: readers of a key
+// may be inside together (never with anyone else), up to limit holders of a limited key,
+// and a request with several keys is a visit per key, judged per key. Fencing: a writer's
+// token must be above every token accepted on the key, a reader's above every writer's
+// (readers that hold a key together arrive in any order); a limited key's tokens
+// increase per place, which the upstream cannot see, so they are only required.
 type ledger struct {
 	fencing bool
 	pauses  *pauseLog
 	now     func() time.Time
 
+	limit int // holders a limited key admits
+
 	mu        sync.Mutex
 	inside    map[string][]*visit
 	maxTok    map[string]int64
+	maxWrite  map[string]int64 // per key, the largest token of an exclusive holder
+	most      map[string]int   // per mode, the most live visits inside one key at once
 	noQuorum  time.Time     // when the quorum was lost; zero while there is one
 	graceNoQ  time.Duration // how long a lock may outlive the quorum: ttl + slack
 	c         counters
@@ -82,6 +94,7 @@ type visit struct {
 	id         string // X-Chaos-Req
 	waitMs     string // how long Caddy waited for the lock
 	key        string
+	mode       string // modeExclusive, modeShared or modeLimit
 	inst       int
 	token      int64
 	entered    time.Time
@@ -96,7 +109,8 @@ const maxFailureLog = 30
 
 func newLedger(fencing bool, pauses *pauseLog, staleSpan time.Duration) *ledger {
 	return &ledger{fencing: fencing, pauses: pauses, now: time.Now, staleSpan: staleSpan,
-		inside: map[string][]*visit{}, maxTok: map[string]int64{}, probes: map[string]*visit{}}
+		inside: map[string][]*visit{}, maxTok: map[string]int64{}, probes: map[string]*visit{},
+		maxWrite: map[string]int64{}, most: map[string]int{}, limit: chaosLimit}
 }
 
 func (l *ledger) failf(format string, args ...any) {
@@ -124,9 +138,15 @@ func (l *ledger) unlockedNowLocked(now time.Time) bool {
 	return !l.noQuorum.IsZero() && now.Sub(l.noQuorum) > l.graceNoQ
 }
 
-// enter admits a request, or refuses it (ok false) when fencing rejects its token. A
-// missing token (fencing on) is an unlocked request; it is refused too.
+// enter admits an exclusive request (enterMode).
 func (l *ledger) enter(key string, inst int, token int64, hasToken bool, id, waitMs string) (v *visit, ok bool, why string) {
+	return l.enterMode(key, modeExclusive, inst, token, hasToken, id, waitMs)
+}
+
+// enterMode admits a request holding key in mode, or refuses it (ok false) when fencing
+// rejects its token. A missing token (fencing on) is an unlocked request; it is refused
+// too.
+func (l *ledger) enterMode(key, mode string, inst int, token int64, hasToken bool, id, waitMs string) (v *visit, ok bool, why string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	now := l.now()
@@ -140,22 +160,33 @@ func (l *ledger) enter(key string, inst int, token int64, hasToken bool, id, wai
 			l.failf("UNLOCKED: %s (instance %d) reached the upstream without a lock key or fencing token (key %q)", id, inst, key)
 			return nil, false, "no lock"
 		}
-		if max := l.maxTok[key]; token <= max {
+		if max := l.floorLocked(key, mode); token <= max {
 			if l.pauses.pausedWithin(inst, now.Add(-l.staleSpan), now) {
 				l.c.StaleRejected++
 				return nil, false, "stale token"
 			}
 			l.c.Regressions++
 			l.breach(key)
-			l.failf("REGRESSION: key %s: %s (instance %d) came with token %d, but %d was accepted before", key, id, inst, token, max)
+			l.failf("REGRESSION: key %s: %s (instance %d, %s) came with token %d, but %d was accepted before", key, id, inst, mode, token, max)
 			return nil, false, "token regression"
 		}
-		l.maxTok[key] = token
+		l.maxTok[key] = max(l.maxTok[key], token)
+		if mode == modeExclusive {
+			l.maxWrite[key] = token
+		}
 	}
 	l.seq++
-	v = &visit{n: l.seq, id: id, key: key, inst: inst, token: token, entered: now, waitMs: waitMs}
+	v = &visit{n: l.seq, id: id, key: key, mode: mode, inst: inst, token: token, entered: now, waitMs: waitMs}
+	live := 1 // v, and the live visits it may share the key with
 	for _, o := range l.inside[key] {
-		if o.superseded || l.pauses.pausedSince(o.inst, o.entered, now) {
+		paused := o.superseded || l.pauses.pausedSince(o.inst, o.entered, now)
+		if compatible(o.mode, mode) {
+			if !paused {
+				live++
+			}
+			continue
+		}
+		if paused {
 			if !o.superseded {
 				o.superseded = true
 				l.stale = append(l.stale, o)
@@ -165,15 +196,45 @@ func (l *ledger) enter(key string, inst int, token int64, hasToken bool, id, wai
 		}
 		l.c.Violations++
 		l.breach(key)
-		l.failf("VIOLATION: key %s: %s (instance %d, token %d, waited %sms) entered while %s (instance %d, token %d, waited %sms) had been inside for %v",
-			key, id, inst, token, waitMs, o.id, o.inst, o.token, o.waitMs, now.Sub(o.entered).Round(time.Millisecond))
+		l.failf("VIOLATION: key %s: %s (instance %d, %s, token %d, waited %sms) entered while %s (instance %d, %s, token %d, waited %sms) had been inside for %v",
+			key, id, inst, mode, token, waitMs, o.id, o.inst, o.mode, o.token, o.waitMs, now.Sub(o.entered).Round(time.Millisecond))
 	}
+	if mode == modeLimit && live > l.limit {
+		l.c.Violations++
+		l.breach(key)
+		l.failf("VIOLATION: key %s: %s (instance %d, token %d) entered as holder %d of a key limited to %d", key, id, inst, token, live, l.limit)
+	}
+	l.most[mode] = max(l.most[mode], live)
 	l.inside[key] = append(l.inside[key], v)
 	if strings.HasPrefix(id, probePrefix) {
 		l.probes[id] = v
 	}
 	l.c.Entries++
 	return v, true, ""
+}
+
+// floorLocked is the token a request holding key in mode must be above (fencing).
+func (l *ledger) floorLocked(key, mode string) int64 {
+	switch mode {
+	case modeShared:
+		return l.maxWrite[key]
+	case modeLimit:
+		return 0
+	}
+	return l.maxTok[key]
+}
+
+// compatible reports whether holders in modes a and b may be inside one key together.
+func compatible(a, b string) bool {
+	return a == b && (a == modeShared || a == modeLimit)
+}
+
+// mostInside returns, per mode, the most live requests that were inside one key at once
+// (readers together, a limited key's holders): the lock was not stricter than needed.
+func (l *ledger) mostInside() map[string]int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return maps.Clone(l.most)
 }
 
 // write is one fenced operation of a visit (a stream chunk, or a request's final
@@ -187,7 +248,7 @@ func (l *ledger) write(v *visit) bool {
 		l.c.Unlocked++
 		l.failf("UNLOCKED: %s (instance %d) still writing %v after the quorum was lost", v.id, v.inst, now.Sub(l.noQuorum).Round(time.Millisecond))
 	}
-	if !v.superseded && !(l.fencing && l.maxTok[v.key] > v.token) {
+	if !v.superseded && !(l.fencing && l.floorLocked(v.key, v.mode) > v.token) {
 		return true
 	}
 	if v.rejectedAt.IsZero() {

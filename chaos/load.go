@@ -20,6 +20,7 @@ type load struct {
 	rec    *recorder
 	client *http.Client
 	seq    atomic.Int64
+	stuck  atomic.Int64 // mode requests that got no answer within the client's timeout
 
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -52,6 +53,48 @@ func (l *load) start(ctx context.Context) {
 	}
 	for w := range l.cfg.streamers {
 		l.wg.Go(func() { l.streamLoop(ctx, w) })
+	}
+	for w := range l.cfg.modeClients {
+		l.wg.Go(func() { l.modeLoop(ctx, w) })
+	}
+}
+
+// modeLoop sends requests to the lock modes' routes (modes.go): shared reads and writes
+// of two documents, a limited pool, and transfers between three accounts both ways.
+func (l *load) modeLoop(ctx context.Context, w int) {
+	rng := rand.New(rand.NewPCG(uint64(w), 99))
+	accts := []string{"a", "b", "c"}
+	for i := 0; ctx.Err() == nil; i++ {
+		inst := (w + i) % len(l.insts)
+		hold := l.cfg.holdMin + time.Duration(rng.Int64N(int64(l.cfg.holdMax-l.cfg.holdMin)+1))
+		method, path := "POST", ""
+		switch p := rng.IntN(100); {
+		case p < 40:
+			method, path = "GET", fmt.Sprintf("/s/doc%d", rng.IntN(2))
+		case p < 50:
+			method, path = "PUT", fmt.Sprintf("/s/doc%d", rng.IntN(2))
+		case p < 75:
+			path = "/l/pool"
+		default:
+			from := rng.IntN(3)
+			to := (from + 1 + rng.IntN(2)) % 3
+			path = "/t/" + accts[from] + "/" + accts[to]
+		}
+		res := result{start: time.Now(), key: path, inst: inst}
+		res.status, _, _ = l.send(ctx, inst, method, path, "hold="+hold.String(), fmt.Sprintf("m%d-%d", w, i))
+		res.end = time.Now()
+		if ctx.Err() != nil && res.status == 0 {
+			return
+		}
+		if res.status == 0 && res.end.Sub(res.start) >= l.client.Timeout {
+			l.stuck.Add(1) // no answer in 30s: a request stuck (a deadlock would show here)
+		}
+		l.rec.add(res)
+		think := time.Duration(rng.Int64N(int64(l.cfg.thinkMax) + 1))
+		if res.status != 200 {
+			think += 50 * time.Millisecond
+		}
+		sleep(ctx, think)
 	}
 }
 
@@ -114,7 +157,12 @@ func (l *load) do(ctx context.Context, inst int, key, query, id string) result {
 }
 
 func (l *load) get(ctx context.Context, inst int, key, query, id string) (int, string, error) {
-	req, err := http.NewRequestWithContext(ctx, "GET", fmt.Sprintf("%s/r/%s?%s", l.insts[inst].url(), key, query), nil)
+	return l.send(ctx, inst, "GET", "/r/"+key, query, id)
+}
+
+// send sends one request through instance inst and reads the whole body.
+func (l *load) send(ctx context.Context, inst int, method, path, query, id string) (int, string, error) {
+	req, err := http.NewRequestWithContext(ctx, method, fmt.Sprintf("%s%s?%s", l.insts[inst].url(), path, query), nil)
 	if err != nil {
 		return 0, "", err
 	}

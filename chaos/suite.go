@@ -145,6 +145,7 @@ func finalChecks(ctx context.Context, e *env, up *upstream) []string {
 		out = append(out, fmt.Sprintf("over the whole run: %d violations, %d token regressions, %d unlocked, %d stale streams never cancelled",
 			c.Violations, c.Regressions, c.Unlocked, c.StaleNotCanceled))
 	}
+	out = append(out, modeChecks(e)...)
 	for _, in := range e.insts {
 		if in.proc.Exited() {
 			out = append(out, fmt.Sprintf("caddy%d exited during the run: %v", in.inst, in.proc.Err()))

@@ -70,22 +70,22 @@ func (u *upstream) close() {
 func (u *upstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	u.active.Add(1)
 	defer u.active.Add(-1)
-	if !strings.HasPrefix(r.URL.Path, "/r/") {
+	switch {
+	case strings.HasPrefix(r.URL.Path, "/r/"), strings.HasPrefix(r.URL.Path, "/s/"),
+		strings.HasPrefix(r.URL.Path, "/l/"), strings.HasPrefix(r.URL.Path, "/t/"):
+	default:
 		http.NotFound(w, r)
 		return
 	}
 	key := r.Header.Get(headerKey)
 	inst, _ := strconv.Atoi(r.Header.Get(headerInst))
 	id := r.Header.Get(headerReq)
-	tokStr := r.Header.Get(headerToken)
-	tok, err := strconv.ParseInt(tokStr, 10, 64)
-	hasToken := err == nil && tok > 0
-
-	v, ok, why := u.led.enter(key, inst, tok, hasToken, id, r.Header.Get(headerWait))
+	v, ok, why := u.enter(r, key, inst, id)
 	if !ok {
 		http.Error(w, "rejected: "+why, http.StatusConflict)
 		return
 	}
+	tok := v.token
 	q := r.URL.Query()
 	if d, err := time.ParseDuration(q.Get("stream")); err == nil && d > 0 {
 		every, err := time.ParseDuration(q.Get("every"))
@@ -102,12 +102,12 @@ func (u *upstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		case <-t.C:
 		case <-r.Context().Done():
 			t.Stop()
-			u.led.leave(v, true)
+			v.leave(true)
 			return
 		}
 	}
-	committed := u.led.write(v)
-	u.led.leave(v, false)
+	committed := v.write()
+	v.leave(false)
 	if !committed {
 		http.Error(w, "rejected: stale token", http.StatusConflict)
 		return
@@ -116,10 +116,34 @@ func (u *upstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	fmt.Fprintf(w, "ok %s %d\n", key, tok)
 }
 
+// enter admits the request's visit to each of its keys (modes.go), or none of them.
+func (u *upstream) enter(r *http.Request, key string, inst int, id string) (*visits, bool, string) {
+	mode := r.Header.Get(headerMode)
+	if mode == "" {
+		mode = modeExclusive
+	}
+	keys, tokens := lockedKeys(key, r.Header.Get(headerToken))
+	if len(keys) == 0 {
+		keys = []string{""} // the ledger counts it as unlocked
+	}
+	vs := &visits{led: u.led}
+	for _, k := range keys {
+		tok, has := tokens[k]
+		v, ok, why := u.led.enterMode(k, mode, inst, tok, has, id, r.Header.Get(headerWait))
+		if !ok {
+			vs.leave(false)
+			return nil, false, why
+		}
+		vs.all = append(vs.all, v)
+		vs.token = max(vs.token, tok)
+	}
+	return vs, true, ""
+}
+
 // stream writes one fenced chunk every `every` for d. A chunk rejected by fencing stops
 // the stream: it then waits (bounded) for Caddy to cancel the request, which it must do
 // once its instance runs again and finds its lock gone.
-func (u *upstream) stream(w http.ResponseWriter, r *http.Request, v *visit, d, every time.Duration) {
+func (u *upstream) stream(w http.ResponseWriter, r *http.Request, v *visits, d, every time.Duration) {
 	rc := http.NewResponseController(w)
 	w.Header().Set("Content-Type", "text/plain")
 	w.WriteHeader(http.StatusOK)
@@ -127,44 +151,70 @@ func (u *upstream) stream(w http.ResponseWriter, r *http.Request, v *visit, d, e
 	tick := time.NewTicker(every)
 	defer tick.Stop()
 	for i := 0; time.Now().Before(end); i++ {
-		if !u.led.write(v) {
+		if !v.write() {
 			u.awaitCancel(r, v)
 			return
 		}
 		if _, err := fmt.Fprintf(w, "chunk %d\n", i); err != nil {
-			u.led.leave(v, true)
+			v.leave(true)
 			return
 		}
 		if err := rc.Flush(); err != nil {
-			u.led.leave(v, true)
+			v.leave(true)
 			return
 		}
 		select {
 		case <-tick.C:
 		case <-r.Context().Done():
-			u.led.leave(v, true)
+			v.leave(true)
 			return
 		}
 	}
-	if !u.led.write(v) {
+	if !v.write() {
 		u.awaitCancel(r, v)
 		return
 	}
-	u.led.leave(v, false)
+	v.leave(false)
 	u.led.streamDone()
 	_, _ = fmt.Fprint(w, "done\n")
 }
 
 // awaitCancel waits for the request of a superseded stream to be cancelled.
-func (u *upstream) awaitCancel(r *http.Request, v *visit) {
+func (u *upstream) awaitCancel(r *http.Request, v *visits) {
 	start := time.Now()
 	t := time.NewTimer(u.staleWait)
 	defer t.Stop()
 	select {
 	case <-r.Context().Done():
-		u.led.leave(v, true)
+		v.leave(true)
 	case <-t.C:
-		u.led.staleNotCancelled(v, time.Since(start))
-		u.led.leave(v, false)
+		v.staleNotCancelled(time.Since(start))
+		v.leave(false)
 	}
+}
+
+// visits are one request's visits, one per key it holds, written and left together.
+type visits struct {
+	led   *ledger
+	all   []*visit
+	token int64 // the largest, for the answer
+}
+
+// write is one fenced operation on every key: false if any rejects it.
+func (vs *visits) write() bool {
+	ok := true
+	for _, v := range vs.all {
+		ok = vs.led.write(v) && ok
+	}
+	return ok
+}
+
+func (vs *visits) leave(cancelled bool) {
+	for _, v := range vs.all {
+		vs.led.leave(v, cancelled)
+	}
+}
+
+func (vs *visits) staleNotCancelled(waited time.Duration) {
+	vs.led.staleNotCancelled(vs.all[0], waited)
 }

@@ -82,13 +82,13 @@ func (c *Client) Held() []HeldLock {
 // (not counting the one contending in Redis or holding the lock).
 func (c *Client) Waiting() map[string]int { return c.queues.waiting() }
 
-// Holding returns a lock this client holds on key, if any (the oldest, when readers
-// share it).
+// Holding returns the lock this client holds on key, if any: the one taken last (a
+// previous holder may still be on its way out; readers share the key).
 func (c *Client) Holding(key string) *Lock {
 	c.heldMu.Lock()
 	defer c.heldMu.Unlock()
 	if ls := c.held[key]; len(ls) > 0 {
-		return ls[0]
+		return ls[len(ls)-1]
 	}
 	return nil
 }

@@ -1,0 +1,81 @@
+package main
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+// The lock modes under chaos: besides the exclusive /r/{id} route, every Caddy instance
+// locks /s/{id} shared for GET (other methods write), /l/{id} with a limit, and
+// /t/{from}/{to} on two keys at once (a transfer), so that every fault also runs against
+// them. The ledger judges each mode (ledger.go).
+const (
+	modeExclusive = "exclusive"
+	modeShared    = "shared"
+	modeLimit     = "limit"
+
+	headerMode = "X-Lock-Mode"
+
+	chaosLimit = 3 // the limit of /l/{id}
+)
+
+// modeRoutes are the Caddyfile lines of the mode routes, each a redlock handler of its own
+// with the common options (common) and the mode's.
+func modeRoutes(common string) string {
+	var b strings.Builder
+	for _, r := range []struct{ name, path, opts string }{
+		{"r", "/r/{id} res:{id}", ""},
+		{"s", "/s/{id} sres:{id}", "shared GET"},
+		{"l", "/l/{id} lres:{id}", "limit " + strconv.Itoa(chaosLimit)},
+		{"t", "/t/{from}/{to} acct:{from} acct:{to}", ""},
+	} {
+		b.WriteString("\t@" + r.name + " path /" + r.name + "/*\n")
+		b.WriteString("\tredlock @" + r.name + " {\n" + common + "\t\tpath " + r.path + "\n")
+		if r.opts != "" {
+			b.WriteString("\t\t" + r.opts + "\n")
+		}
+		b.WriteString("\t}\n")
+	}
+	return b.String()
+}
+
+// lockedKeys reads what Caddy says the request holds: its keys (in lock order) and the
+// fencing token of each (the bare token for one key, key=token pairs for several).
+func lockedKeys(keyHeader, tokenHeader string) (keys []string, tokens map[string]int64) {
+	keys = strings.Fields(keyHeader)
+	tokens = map[string]int64{}
+	for _, p := range strings.Split(tokenHeader, ",") {
+		k, v, pair := strings.Cut(p, "=")
+		if !pair {
+			if len(keys) != 1 {
+				continue
+			}
+			k, v = keys[0], p
+		}
+		if n, err := strconv.ParseInt(v, 10, 64); err == nil && n > 0 {
+			tokens[k] = n
+		}
+	}
+	return keys, tokens
+}
+
+// modeChecks are the run's verdicts on the modes besides overlaps (the ledger's): no
+// request stuck (a deadlock of transfers would leave some), and each mode reached the
+// concurrency it allows (readers together, the limit's holders), so the lock was not
+// stricter than it must be. It logs what was reached.
+func modeChecks(e *env) []string {
+	var out []string
+	if n := e.ld.stuck.Load(); n > 0 {
+		out = append(out, fmt.Sprintf("%d lock-mode requests got no answer within %v (stuck)", n, e.ld.client.Timeout))
+	}
+	most := e.led.mostInside()
+	e.logf("lock modes: up to %d readers inside one key together, up to %d holders of a key limited to %d", most[modeShared], most[modeLimit], chaosLimit)
+	if most[modeShared] < 2 {
+		out = append(out, fmt.Sprintf("readers never overlapped (at most %d inside one key)", most[modeShared]))
+	}
+	if most[modeLimit] < chaosLimit {
+		out = append(out, fmt.Sprintf("the limit %d was never reached (at most %d holders)", chaosLimit, most[modeLimit]))
+	}
+	return out
+}
