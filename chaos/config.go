@@ -15,12 +15,12 @@ type config struct {
 	streamers int // streaming client loops
 	// modeClients are the client loops of the lock modes' routes (modes.go).
 	modeClients int
-	hotKeys   int
-	holdMin   time.Duration // upstream hold of a hot-key request
-	holdMax   time.Duration
-	thinkMax  time.Duration // pause between a client's requests
-	streamMin time.Duration
-	streamMax time.Duration
+	hotKeys     int
+	holdMin     time.Duration // upstream hold of a hot-key request
+	holdMax     time.Duration
+	thinkMax    time.Duration // pause between a client's requests
+	streamMin   time.Duration
+	streamMax   time.Duration
 
 	ttl         time.Duration
 	wait        time.Duration

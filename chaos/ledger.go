@@ -46,8 +46,8 @@ type ledger struct {
 	maxTok    map[string]int64
 	maxWrite  map[string]int64 // per key, the largest token of an exclusive holder
 	most      map[string]int   // per mode, the most live visits inside one key at once
-	noQuorum  time.Time     // when the quorum was lost; zero while there is one
-	graceNoQ  time.Duration // how long a lock may outlive the quorum: ttl + slack
+	noQuorum  time.Time        // when the quorum was lost; zero while there is one
+	graceNoQ  time.Duration    // how long a lock may outlive the quorum: ttl + slack
 	c         counters
 	stale     []*visit          // superseded visits, for the fault-5 checks
 	probes    map[string]*visit // visits of the runner's own probe requests, by id
