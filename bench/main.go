@@ -69,7 +69,7 @@ func run(f flags, cfg config) int {
 	}
 
 	caddyBin := f.caddy
-	if caddyBin == "" && (want("http") || want("hot") || want("faultyhot") || want("waiters")) {
+	if caddyBin == "" && (want("http") || want("hot") || want("faultyhot") || want("waiters") || want("modes")) {
 		progress("building Caddy (cmd/caddy)...\n")
 		repo := f.repo
 		if repo == "" {
@@ -123,6 +123,9 @@ func run(f flags, cfg config) int {
 	}
 	if want("waiters") {
 		runWaiters(res, cfg, dir, caddyBin, up, nodes, fail)
+	}
+	if want("modes") {
+		runModes(res, cfg, dir, caddyBin, nodes, fail)
 	}
 
 	res.Violations, res.ViolLog = up.violationCount()

@@ -77,6 +77,9 @@ func (r *results) tables() []*table {
 	if t := r.commandsTable(); len(t.rows) > 0 {
 		ts = append(ts, t)
 	}
+	if len(r.Modes) > 0 {
+		ts = append(ts, r.modesTable())
+	}
 	if len(r.Waiters) > 0 {
 		t := &table{title: "6. Waiting requests: many requests queued behind held keys",
 			head: []string{"front end", "waiters/keys", "RSS base→held→waiting", "RSS/waiter", "heap+stack/waiter",

@@ -21,6 +21,7 @@ type results struct {
 	HotLib      []hotLibRow   `json:"hot_key_library"`
 	FaultyHot   []faultyRow   `json:"hot_key_faulty_node"`
 	Waiters     []waitRow     `json:"waiters"`
+	Modes       []modeRow     `json:"lock_modes,omitempty"`
 	Targets     []targetCheck `json:"targets"`
 	Violations  int64         `json:"violations"`
 	ViolLog     []string      `json:"violation_examples,omitempty"`

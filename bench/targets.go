@@ -131,4 +131,20 @@ func (r *results) checkTargets() {
 				w.Cmds.TopLevel, w.CmdsPerSecWaiting, w.Waiters, w.Keys), yes(w.Cmds.TopLevel < float64(w.Keys)))
 		}
 	}
+	r.checkModeTargets(add, yes)
+}
+
+// checkModeTargets adds the lock modes' targets (issue 13).
+func (r *results) checkModeTargets(add func(target, value string, met *bool), yes func(bool) *bool) {
+	for _, x := range r.Modes {
+		switch {
+		case x.Ratio > 0:
+			add("shared reads on one hot key ≥ 0.8× the same reads without a lock", fmt.Sprintf("%.2f×", x.Ratio), yes(x.Ratio >= 0.8))
+		case x.Writes > 0:
+			add("writes among shared reads never overlap anyone", fmt.Sprintf("%d overlaps, %d writes", x.Overlaps, x.Writes), yes(x.Overlaps == 0))
+		case x.MaxInFlight > 0:
+			add("limit 4 on a hot key: at most 4 in flight, and 4 reached", fmt.Sprintf("max %d, mean %.2f", x.MaxInFlight, x.MeanInFlight),
+				yes(x.MaxInFlight == 4 && x.Overlaps == 0))
+		}
+	}
 }
