@@ -62,7 +62,12 @@ func (c *Client) Acquire(ctx context.Context, key string, o AcquireOptions) (*Lo
 	// previous holder may hand its lock over with the turn (handoff.go). Readers skip it:
 	// they do not exclude each other, and one reader's turn would hold up the next.
 	var q *keyQueue
-	if !o.Shared {
+	if o.Shared {
+		// A reader of this client holding the key may share its entry (readgroup.go).
+		if l := c.joinReader(key, ttl, o.Fencing, start, c.queues.forceNow(key)); l != nil {
+			return l, nil
+		}
+	} else {
 		var handed *Lock
 		var err error
 		q, handed, err = c.queues.turn(waitCtx, key, waiter{ttl: ttl, fencing: o.Fencing, since: start})
@@ -77,6 +82,9 @@ func (c *Client) Acquire(ctx context.Context, key string, o AcquireOptions) (*Lo
 		}
 	}
 	l, err := c.contend(ctx, waitCtx, q, slots, key, ttl, o.Fencing, start, busy)
+	if err == nil && o.Shared {
+		c.readers.open(l)
+	}
 	if q != nil && (err != nil || len(slots) > 1) {
 		// A limited key's holder does not keep the line: the next local waiter tries
 		// the other places at once (limit.go).
@@ -125,7 +133,11 @@ func (c *Client) contend(ctx, waitCtx context.Context, q *keyQueue, slots []name
 		// BusyError's RetryAfter is 0 (Retry-After: 1); with wait 0 the script runs.
 		plain := attempt == 1 && !fencing && !nm.shared && waitCtx.Err() == nil
 		forces := c.queues.forceNow(key)
-		got, res := c.trySlots(ctx, slots, owner, attempt, ttl, fencing, plain)
+		mark := c.writerMarkTTL()
+		if waitCtx.Err() != nil {
+			mark = 0 // no try after this one: do not hold readers back
+		}
+		got, res := c.trySlots(ctx, slots, try{owner: owner, n: attempt, ttl: ttl, fencing: fencing, plain: plain, mark: mark})
 		if res.validity > 0 {
 			lq := q
 			if len(slots) > 1 {
@@ -301,20 +313,34 @@ type tally struct {
 	minPTTL  time.Duration
 }
 
+// try is what one round asks for.
+type try struct {
+	owner   string // the Acquire call's random prefix; the value is owner + n
+	n       int    // the attempt's number
+	ttl     time.Duration
+	fencing bool
+	// plain sends SET key value NX PX ttl instead of the acquire script: the same outcome
+	// for a first attempt without fencing (there is no earlier attempt to take over, and
+	// no counter), as the standard Redlock SET, at about half the node's CPU of a script
+	// call.
+	plain bool
+	// mark is how long a writer refused by readers marks itself as waiting (shared locks:
+	// writerMarkTTL); 0 for a last try, after which the writer will not wait.
+	mark time.Duration
+}
+
+func (a try) value() string { return a.owner + strconv.Itoa(a.n) }
+
 // tryOnce is one Redlock round: SET on all nodes at once, quorum and validity check,
 // the fencing commit where needed, and on failure a release on every node that may hold
 // our value.
-//
-// plain sends SET key value NX PX ttl instead of the acquire script: the same outcome for
-// a first attempt without fencing (there is no earlier attempt to take over, and no
-// counter), as the standard Redlock SET, at about half the node's CPU of a script call.
-func (c *Client) tryOnce(ctx context.Context, nm names, owner string, attempt int, ttl time.Duration, fencing, plain bool) attemptResult {
+func (c *Client) tryOnce(ctx context.Context, nm names, a try) attemptResult {
 	start := time.Now()
-	value := owner + strconv.Itoa(attempt)
+	value, ttl := a.value(), a.ttl
 	// Counted until its grants are kept or given back, so that Close lets a failed
 	// round's give-back reach the nodes (pendingCalls).
 	c.pending.add(1)
-	rd := c.sendRound(ctx, nm, owner, attempt, ttl, fencing, plain, start)
+	rd := c.sendRound(ctx, nm, a, start)
 	// Stop as soon as the outcome is known: a paused node must not hold us up (each
 	// reply comes by node_timeout). Replies that came meanwhile are counted too; they
 	// cannot turn a decided outcome around.
@@ -323,7 +349,7 @@ func (c *Client) tryOnce(ctx context.Context, nm names, owner string, attempt in
 	res := attemptResult{minPTTL: t.minPTTL}
 	if len(t.granted) >= c.quorum {
 		validity := ttl - time.Since(start) - drift(ttl, c.opt.DriftFactor)
-		if validity > 0 && fencing {
+		if validity > 0 && a.fencing {
 			reserve, err := c.fence(ctx, nm, value, t)
 			if err != nil {
 				t.errs = append(t.errs, NodeError{Node: "commit", Err: err})
@@ -349,23 +375,22 @@ func (c *Client) tryOnce(ctx context.Context, nm names, owner string, attempt in
 }
 
 // sendRound sends one acquire to every node that may vote, at once.
-func (c *Client) sendRound(ctx context.Context, nm names, owner string, attempt int, ttl time.Duration,
-	fencing, plain bool, start time.Time) *round {
+func (c *Client) sendRound(ctx context.Context, nm names, a try, start time.Time) *round {
 	rd := newRound(c)
-	value := owner + strconv.Itoa(attempt)
+	value := a.value()
 	script, keys := acquireScript, []string{nm.lock, nm.counter, nm.writer}
 	if nm.shared {
 		script, keys = readAcquireScript, []string{nm.lock, nm.counter, nm.writer, nm.readers}
 	}
-	argv := []any{value, ttl.Milliseconds(), owner, boolArg(fencing), fencingCounterTTL.Milliseconds(), attempt,
-		c.writerMarkTTL().Milliseconds()}
-	if fencing {
+	argv := []any{value, a.ttl.Milliseconds(), a.owner, boolArg(a.fencing), fencingCounterTTL.Milliseconds(), a.n,
+		a.mark.Milliseconds()}
+	if a.fencing {
 		argv = append(argv, c.proposeToken(start), c.tokenLead().Microseconds(), c.handoffReserve(nm))
 	}
 	parse := scriptReply
-	if plain {
+	if a.plain {
 		script, keys = nil, nil
-		argv = []any{"set", nm.lock, value, "nx", "px", ttl.Milliseconds()}
+		argv = []any{"set", nm.lock, value, "nx", "px", a.ttl.Milliseconds()}
 		parse = setReply
 	}
 	for i, nd := range c.nodes {

@@ -44,6 +44,7 @@ type Client struct {
 	// clockSkew shifts this client's clock for token proposals: tests only (a client
 	// whose clock is wrong).
 	clockSkew time.Duration
+	readers   readGroups // readers sharing an entry (readgroup.go)
 }
 
 // New connects to the given nodes (redis://, rediss://, unix:// or host:port; user,

@@ -151,14 +151,21 @@
 // Fencing: readers and writers draw tokens from the key's one counter by the same rule
 // (fencingLua) and the same argument as above, so every holder's token is larger than
 // the tokens of all holders that got the key before it, readers and writers alike;
-// readers that hold the key together have distinct tokens. A storage layer that rejects
+// readers that hold the key together have distinct tokens, but for readers of one client
+// sharing one entry (below), which share its token. A storage layer that rejects
 // writes with a token below the largest it has seen therefore rejects a writer that was
 // overtaken by any later holder.
 //
 // Local: readers have no local line (they would only wait for each other) and are never
-// handed over; each reader takes its entry in Redis. They wait for release notices like
-// the head of a line, and this client wakes its own waiters when it releases (it ignores
-// its own notices from Redis).
+// handed over. A reader that finds a reader of its own client holding the key (same ttl
+// and fencing) shares that reader's entry for free (readgroup.go): the entry is held on
+// a quorum at least until the validity of any reader that shares it (each comes from a
+// grant or renewal of that entry), the last reader out releases it, and a group takes
+// joiners only for joinWindow after its entry was taken, so that a waiting writer (whose
+// mark only Redis sees) waits at most that plus the joiners' hold. Joiners share the
+// entry's token. Readers wait for release notices like the head of a line, and this
+// client wakes its own waiters when it releases (it ignores its own notices from Redis).
+// A writer that will not wait (its last try) leaves no mark.
 //
 // # Limited keys
 //

@@ -4,7 +4,6 @@ import (
 	"context"
 	mrand "math/rand/v2"
 	"strconv"
-	"time"
 )
 
 // A limited key (AcquireOptions.Limit = n > 1) lets up to n holders have it at once. It is
@@ -45,17 +44,16 @@ func (c *Client) slotNames(key string, n int) []names {
 // It returns that place, or, when none is granted, what the rounds say together: busy if
 // any place answered busy (the smallest remaining ttl among them), unavailable if every
 // round was.
-func (c *Client) trySlots(ctx context.Context, slots []names, owner string, attempt int, ttl time.Duration,
-	fencing, plain bool) (names, attemptResult) {
+func (c *Client) trySlots(ctx context.Context, slots []names, a try) (names, attemptResult) {
 	if len(slots) == 1 {
-		return slots[0], c.tryOnce(ctx, slots[0], owner, attempt, ttl, fencing, plain)
+		return slots[0], c.tryOnce(ctx, slots[0], a)
 	}
 	first := mrand.N(len(slots))
 	var out attemptResult
 	unavailable := 0
 	for i := range slots {
 		nm := slots[(first+i)%len(slots)]
-		res := c.tryOnce(ctx, nm, owner, attempt, ttl, fencing, plain)
+		res := c.tryOnce(ctx, nm, a)
 		switch {
 		case res.validity > 0:
 			return nm, res

@@ -24,6 +24,7 @@ type Lock struct {
 	settled    <-chan struct{} // the winning round's stragglers have replied
 	streak     int             // handoffs since the lock was last taken in Redis
 	handed     bool            // it came from the previous local holder, not from Redis
+	group      *readGroup      // a reader: the client's readers sharing its entry (readgroup.go)
 
 	mu       sync.Mutex
 	until    time.Time // validity ends (monotonic)
@@ -379,6 +380,10 @@ func (l *Lock) endLocally() bool {
 // waiter (after the deletes).
 func (l *Lock) releaseInRedis(ctx context.Context) error {
 	c := l.c
+	if l.group != nil && !c.readers.leave(l.group) {
+		c.unregister(l) // other readers of this client still hold the entry
+		return nil
+	}
 	if c.opt.DisablePipelining {
 		<-l.settled // the winning round's late SETs first (bounded by node_timeout)
 	}

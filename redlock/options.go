@@ -172,7 +172,8 @@ type AcquireOptions struct {
 	Fencing bool
 	// Shared takes the key as a reader: readers hold it together, never while an
 	// exclusive holder (a writer) does, and a waiting writer keeps new readers out
-	// (doc.go, "Shared locks"). Readers are never handed over locally.
+	// (doc.go, "Shared locks"). Readers of one client holding a key together may share
+	// one entry in Redis (readgroup.go).
 	Shared bool
 	// Limit > 1 lets up to Limit holders have the key at once, across all clients (a
 	// distributed concurrency limit, limit.go); 0 or 1 is a mutex. At most MaxLimit; not

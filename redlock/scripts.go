@@ -12,7 +12,7 @@ import "github.com/redis/go-redis/v9"
 // acquireScript: KEYS[1] lock, KEYS[2] fencing counter, KEYS[3] the writer-waiting mark.
 // ARGV[1] value, ARGV[2] ttl ms, ARGV[3] owner prefix, ARGV[4] "1" for fencing, ARGV[5]
 // counter ttl ms, ARGV[6] this attempt's number (the value is owner prefix .. attempt),
-// ARGV[7] how long a writer-waiting mark lives, ms; with fencing ARGV[8] the proposed
+// ARGV[7] how long a writer-waiting mark lives, ms (0: none, the writer will not wait); with fencing ARGV[8] the proposed
 // token, ARGV[9] how far from the node's clock it may be (µs, either side), ARGV[10] the
 // handoff reserve.
 // The key is taken when absent or when it holds the value of an EARLIER attempt of the
@@ -48,7 +48,7 @@ if type(cur) == 'table' then
   return {0, redis.call('PTTL', KEYS[1])}
 end
 if cur == '` + sharedMarkerLua + `' then
-  redis.call('SET', KEYS[3], ARGV[3], 'PX', ARGV[7])
+  if tonumber(ARGV[7]) > 0 then redis.call('SET', KEYS[3], ARGV[3], 'PX', ARGV[7]) end
   return {0, redis.call('PTTL', KEYS[1])}
 end
 if cur then

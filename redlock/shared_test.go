@@ -127,12 +127,15 @@ func TestSharedWaitingWriterKeepsNewReadersOut(t *testing.T) {
 		}
 		return marked >= 2
 	})
-	wantBusy(t, a, "doc", read, "new reader while a writer waits")
+	// A reader of a's own (r1's group) could join r1's entry for a moment (readgroup.go):
+	// the new readers come from a client of their own.
+	late := newTestClient(t, servers, fastOptions())
+	wantBusy(t, late, "doc", read, "new reader while a writer waits")
 	readerDone := make(chan error, 1)
 	var order atomic.Int32
 	var readerAt, writerAt int32
 	go func() {
-		l, err := a.Acquire(context.Background(), "doc", AcquireOptions{Shared: true, Wait: 10 * time.Second})
+		l, err := late.Acquire(context.Background(), "doc", AcquireOptions{Shared: true, Wait: 10 * time.Second})
 		if err == nil {
 			readerAt = order.Add(1)
 			err = l.Release(context.Background())
@@ -217,7 +220,11 @@ func TestSharedFencingTokensIncrease(t *testing.T) {
 		if i%2 == 0 {
 			// Overlapping readers: a second reader before the first leaves.
 			if o.Shared {
-				l2 := mustAcquire(t, b, "fenced", o)
+				other := b // another client: readers of one client share their entry and token
+				if c == b {
+					other = a
+				}
+				l2 := mustAcquire(t, other, "fenced", o)
 				if l2.Token() <= last {
 					t.Fatalf("second reader token %d after %d", l2.Token(), last)
 				}
@@ -235,19 +242,27 @@ func TestSharedFencingTokensIncrease(t *testing.T) {
 func TestSharedForceRelease(t *testing.T) {
 	servers := redistest.StartN(t, 3)
 	c := newTestClient(t, servers, fastOptions())
+	other := newTestClient(t, servers, fastOptions())
 	r1 := mustAcquire(t, c, "doc", read)
-	r2 := mustAcquire(t, c, "doc", read)
-	st, err := c.Inspect(context.Background(), "doc")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !st.QuorumHeld || !st.HeldHere || st.Nodes[0].Readers != 2 {
-		t.Fatalf("inspect while 2 readers hold: %+v", st)
-	}
+	r2 := mustAcquire(t, c, "doc", read) // joins r1's entry
+	r3 := mustAcquire(t, other, "doc", read)
+	eventually(t, "2 reader entries on every node", func() bool {
+		st, err := c.Inspect(context.Background(), "doc")
+		if err != nil || !st.QuorumHeld || !st.HeldHere {
+			return false
+		}
+		for _, n := range st.Nodes {
+			if n.Readers != 2 {
+				return false
+			}
+		}
+		return true
+	})
 	n, err := c.ForceRelease(context.Background(), "doc")
 	if err != nil || n != 3 {
 		t.Fatalf("force release: %d nodes, %v", n, err)
 	}
+	_ = r3 // another client's reader: it learns of the loss at its next renewal
 	for _, l := range []*Lock{r1, r2} {
 		if !errors.Is(l.Err(), ErrLost) {
 			t.Fatalf("reader after force release: %v", l.Err())
@@ -305,4 +320,40 @@ func TestSharedMutualExclusion(t *testing.T) {
 		t.Fatalf("readers never overlapped (max %d at once)", maxReaders.Load())
 	}
 	fmt.Println("max readers at once:", maxReaders.Load())
+}
+
+// Readers of one client share one entry: a second reader costs no round trip and holds
+// the key as long as it needs, after the first left; the entry goes with the last reader.
+// After the join window, readers take entries of their own again (so that a waiting
+// writer's mark, which only Redis knows, can stop them).
+func TestSharedReadersOfOneClientShareTheEntry(t *testing.T) {
+	servers := redistest.StartN(t, 3)
+	c := newTestClient(t, servers, fastOptions())
+	r1 := mustAcquire(t, c, "doc", read)
+	r2 := mustAcquire(t, c, "doc", read)
+	if r2.Attempts() != 0 || r2.value != r1.value {
+		t.Fatalf("second reader: %d attempts, shares the entry %v; want 0 and true", r2.Attempts(), r2.value == r1.value)
+	}
+	if err := r2.KeepAlive(fastOptions().TTL/4, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := r1.Release(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(fastOptions().TTL + 200*time.Millisecond) // past r1's validity: r2 renews the entry
+	if r2.Err() != nil {
+		t.Fatalf("the joiner lost the key after the first reader left: %v", r2.Err())
+	}
+	wantBusy(t, newTestClient(t, servers, fastOptions()), "doc", write, "writer while the joiner reads")
+	// The group is long past its join window: a new reader takes an entry of its own.
+	r3 := mustAcquire(t, c, "doc", read)
+	if r3.Attempts() == 0 || r3.value == r2.value {
+		t.Fatal("a reader joined a group past its join window")
+	}
+	_ = r3.Release(context.Background())
+	if err := r2.Release(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	w := mustAcquire(t, c, "doc", AcquireOptions{Wait: time.Second})
+	_ = w.Release(context.Background())
 }

@@ -1,0 +1,110 @@
+package redlock
+
+import (
+	"sync"
+	"time"
+)
+
+// Readers of one client share their entry in Redis: a reader that finds another reader of
+// the same client holding the key (same ttl and fencing) joins its entry instead of
+// taking one of its own. It costs no round trip, so reads of a hot key through one
+// client do not queue behind Redis at all. The entry stays in Redis while any of its
+// readers holds it (a count here); the last one out releases it.
+//
+// Safety is the shared lock's (doc.go, "Shared locks"): the entry is held on a quorum
+// until at least the validity of any of its readers, since each validity comes from a
+// quorum grant or renewal of that same entry; a joiner starts with the latest of them,
+// as a handed lock does, and renews the entry itself. Every reader is registered, so a
+// force release marks each of them lost.
+//
+// Writers: a waiting writer's mark is in Redis, and joining does not ask Redis. So a
+// group takes joiners only for joinWindow after its entry was taken; later readers go to
+// Redis (where a writer's mark refuses them) and start a new group. A writer then waits
+// at most joinWindow plus the joiners' own hold for a client's readers to drain.
+//
+// Fencing: joiners carry the entry's token (readers of one client holding the key
+// together share it).
+
+// joinWindow is how long after its entry was taken a group of readers takes joiners.
+const joinWindow = 100 * time.Millisecond
+
+// readGroup is the readers of one client sharing one entry.
+type readGroup struct {
+	key     string
+	nm      names
+	value   string
+	ttl     time.Duration
+	fencing bool
+	token   int64
+	settled <-chan struct{}
+	opened  time.Time // when the entry was taken
+
+	// Guarded by readGroups.mu.
+	refs  int       // readers holding the entry; 0: released (or being released) in Redis
+	until time.Time // the latest validity any of its readers has
+}
+
+// readGroups are a client's groups of readers, by key (the newest group of each key).
+type readGroups struct {
+	mu sync.Mutex
+	m  map[string]*readGroup
+}
+
+// open makes l, a reader just taken in Redis, the head of a new group for its key.
+func (rg *readGroups) open(l *Lock) {
+	g := &readGroup{key: l.key, nm: l.nm, value: l.value, ttl: l.ttl, fencing: l.fencing, token: l.token,
+		settled: l.settled, opened: time.Now(), refs: 1}
+	rg.mu.Lock()
+	defer rg.mu.Unlock()
+	if rg.m == nil {
+		rg.m = map[string]*readGroup{}
+	}
+	g.until = l.Until()
+	rg.m[l.key] = g
+	l.group = g
+}
+
+// join returns a reader of key sharing a group's entry, or nil when no group of the key
+// takes joiners now (none, another ttl or fencing, its window passed, too little validity
+// left, or a force release of the key began since forces).
+func (c *Client) joinReader(key string, ttl time.Duration, fencing bool, start time.Time, forces uint64) *Lock {
+	rg := &c.readers
+	rg.mu.Lock()
+	defer rg.mu.Unlock()
+	g := rg.m[key]
+	now := time.Now()
+	if g == nil || g.refs == 0 || g.ttl != ttl || g.fencing != fencing || now.Sub(g.opened) > joinWindow ||
+		g.until.Sub(now) < ttl/2 || c.queues.forcedSince(key, forces) {
+		return nil
+	}
+	g.refs++
+	l := &Lock{c: c, nm: g.nm, key: key, value: g.value, ttl: ttl, token: g.token, fencing: fencing,
+		acquiredAt: start, settled: g.settled, group: g}
+	l.startUntil(g.until)
+	c.register(l)
+	return l
+}
+
+// renewed notes a reader's new validity: joiners start from the latest.
+func (rg *readGroups) renewed(g *readGroup, until time.Time) {
+	rg.mu.Lock()
+	defer rg.mu.Unlock()
+	if until.After(g.until) {
+		g.until = until
+	}
+}
+
+// leave takes a reader out of its group and reports whether it was the last, whose
+// release deletes the entry in Redis. The group then takes no joiners.
+func (rg *readGroups) leave(g *readGroup) (last bool) {
+	rg.mu.Lock()
+	defer rg.mu.Unlock()
+	g.refs--
+	if g.refs > 0 {
+		return false
+	}
+	if rg.m[g.key] == g {
+		delete(rg.m, g.key)
+	}
+	return true
+}
