@@ -139,6 +139,9 @@ func (l *Lock) markLostLocked(err error) {
 		return
 	}
 	l.lostErr = err
+	if l.group != nil {
+		l.group.broken.Store(true)
+	}
 	l.expiry.Stop()
 	if l.maxHold != nil {
 		l.maxHold.Stop()
@@ -380,7 +383,7 @@ func (l *Lock) endLocally() bool {
 // waiter (after the deletes).
 func (l *Lock) releaseInRedis(ctx context.Context) error {
 	c := l.c
-	if l.group != nil && !c.readers.leave(l.group) {
+	if g := l.readGroup(); g != nil && !c.readers.leave(g) {
 		c.unregister(l) // other readers of this client still hold the entry
 		return nil
 	}

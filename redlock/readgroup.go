@@ -2,6 +2,7 @@ package redlock
 
 import (
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -38,6 +39,9 @@ type readGroup struct {
 	token   int64
 	settled <-chan struct{}
 	opened  time.Time // when the entry was taken
+	// broken: one of its readers was lost (the entry may be gone: a force release from
+	// another client, a renewal that found it deleted): no more joiners.
+	broken atomic.Bool
 
 	// Guarded by readGroups.mu.
 	refs  int       // readers holding the entry; 0: released (or being released) in Redis
@@ -61,7 +65,20 @@ func (rg *readGroups) open(l *Lock) {
 	}
 	g.until = l.Until()
 	rg.m[l.key] = g
-	l.group = g
+	l.mu.Lock()
+	l.group = g // under l.mu: its timers and a force release may read it already
+	broken := l.lostErr != nil
+	l.mu.Unlock()
+	if broken {
+		g.broken.Store(true)
+	}
+}
+
+// readGroup returns the reader's group (nil: not a reader, or not yet in one).
+func (l *Lock) readGroup() *readGroup {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.group
 }
 
 // join returns a reader of key sharing a group's entry, or nil when no group of the key
@@ -73,7 +90,7 @@ func (c *Client) joinReader(key string, ttl time.Duration, fencing bool, start t
 	defer rg.mu.Unlock()
 	g := rg.m[key]
 	now := time.Now()
-	if g == nil || g.refs == 0 || g.ttl != ttl || g.fencing != fencing || now.Sub(g.opened) > joinWindow ||
+	if g == nil || g.refs == 0 || g.broken.Load() || g.ttl != ttl || g.fencing != fencing || now.Sub(g.opened) > joinWindow ||
 		g.until.Sub(now) < ttl/2 || c.queues.forcedSince(key, forces) {
 		return nil
 	}

@@ -219,8 +219,8 @@ func (c *Client) extendBatch(ctx context.Context, locks []*Lock) []error {
 			}
 		}
 		out[j] = l.applyExtend(start, yes, no, absent, errs)
-		if out[j] == nil && l.group != nil {
-			c.readers.renewed(l.group, l.Until())
+		if g := l.readGroup(); out[j] == nil && g != nil {
+			c.readers.renewed(g, l.Until())
 		}
 		// Readers are not re-taken: an entry put back would have to be put back with
 		// the name's marker, and a quorum of entries keeps the reader safe without it.

@@ -357,3 +357,23 @@ func TestSharedReadersOfOneClientShareTheEntry(t *testing.T) {
 	w := mustAcquire(t, c, "doc", AcquireOptions{Wait: time.Second})
 	_ = w.Release(context.Background())
 }
+
+// A reader that learned its entry is gone (another client force-released the key) stops
+// its group taking joiners: a joiner would believe in an entry no longer there.
+func TestSharedLostReaderStopsJoins(t *testing.T) {
+	servers := redistest.StartN(t, 3)
+	c := newTestClient(t, servers, fastOptions())
+	r1 := mustAcquire(t, c, "doc", read)
+	if _, err := newTestClient(t, servers, fastOptions()).ForceRelease(context.Background(), "doc"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r1.Extend(context.Background()); !errors.Is(err, ErrLost) {
+		t.Fatalf("extend after a force release elsewhere: %v, want lost", err)
+	}
+	r2 := mustAcquire(t, c, "doc", read)
+	if r2.Attempts() == 0 || r2.value == r1.value {
+		t.Fatal("a reader joined the entry of a lost reader")
+	}
+	_ = r2.Release(context.Background())
+	_ = r1.Release(context.Background())
+}
