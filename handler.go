@@ -152,8 +152,9 @@ func (h *Handler) finish(l heldLocks, e *inflight, r *http.Request, aborted bool
 		return
 	}
 	// Draining only helps while the lock still keeps others out: a lost lock (renewals
-	// failed, max_hold, force release) is given back at once.
-	if !aborted || l.err() != nil {
+	// failed, max_hold, force release) is given back at once. Of several keys, those
+	// still held drain (a lost one drains with them: there is nothing left to keep).
+	if !aborted || l.allLost() {
 		// Off the response's critical path: net/http finishes the response (the last
 		// flush, the end of a chunked body) only once ServeHTTP has returned, so a
 		// release round trip here would delay every client. The goroutine holds the

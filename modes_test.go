@@ -152,3 +152,42 @@ func TestModePlaceholders(t *testing.T) {
 		t.Fatalf("GET: %d %q", code, body)
 	}
 }
+
+// A transfer whose one account is force-released while the upstream works is aborted;
+// the other account, still held, drains one ttl like any cut-short request (the upstream
+// may still be working on it), and is then released.
+func TestSeveralKeysOneLostOthersDrain(t *testing.T) {
+	servers := redistest.StartN(t, 3)
+	j := newModeJudge(t, 3*time.Second, 0)
+	s := startCaddy(t, "", strings.Replace(modesSite(servers, j, "path /transfer/{from}/{to} account:{from} account:{to}"), "ttl 2s", "ttl 1s", 1))
+	adm := newAdmClient(s)
+	done := make(chan int, 1)
+	go func() {
+		code, _, _ := get(t, &http.Client{Timeout: 10 * time.Second}, "POST", s.url+"/transfer/a/b", nil)
+		done <- code
+	}()
+	if !eventually(5*time.Second, func() bool { return len(adm.locks(t).Locks) == 1 && adm.locks(t).Held == 1 }) {
+		t.Fatalf("transfer never held: %s", adm.all())
+	}
+	if code, body, _ := adm.do(t, "DELETE", "/redlock/keys?key=account:a"); code != 200 {
+		t.Fatalf("force release: %d %s", code, body)
+	}
+	<-done
+	held := func(key string) bool {
+		for _, k := range lockKeysOn(t, servers, "modes:") {
+			if strings.HasSuffix(k, " modes:"+key) {
+				return true
+			}
+		}
+		return false
+	}
+	if !eventually(2*time.Second, func() bool { l := adm.locks(t); return l.Draining == 1 }) {
+		t.Fatalf("the request is not draining: %s", adm.all())
+	}
+	if !held("account:b") || held("account:a") {
+		t.Fatalf("while draining: account:b held %v (want true), account:a held %v (want false)", held("account:b"), held("account:a"))
+	}
+	if !eventually(5*time.Second, func() bool { return !held("account:b") && len(adm.locks(t).Locks) == 0 }) {
+		t.Fatalf("account:b not released after the drain: %s", adm.all())
+	}
+}
