@@ -65,7 +65,7 @@ var metrics = struct {
 	}, []string{"result"}),
 	lost: prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: metricsNamespace, Subsystem: metricsSubsystem, Name: "locks_lost_total",
-		Help: "Held locks lost while their request ran (the request was aborted), by reason: expired, taken, max_hold, force_released.",
+		Help: "Held locks lost while their request ran (the request was aborted), by reason: expired, taken, vanished, max_hold, force_released.",
 	}, []string{"reason"}),
 	nodeErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: metricsNamespace, Subsystem: metricsSubsystem, Name: "node_errors_total",

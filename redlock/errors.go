@@ -69,7 +69,7 @@ func (e *UnavailableError) Is(target error) bool { return target == ErrUnavailab
 // LostError says why a held lock can no longer be trusted.
 type LostError struct {
 	Key    string
-	Reason string // "expired", "taken", "max_hold", "force_released"
+	Reason string // LostExpired, LostTaken, LostVanished, LostMaxHold or LostForceReleased
 }
 
 func (e *LostError) Error() string {

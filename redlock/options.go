@@ -80,7 +80,8 @@ type Options struct {
 // Observer receives events for metrics. Implementations must be fast and must not block.
 type Observer interface {
 	// NodeCall reports one command to one node: op is "acquire", "extend", "retake",
-	// "release", "commit", "health", "inspect" or "force_release".
+	// "release", "commit", "health", "inspect", "force_release" or "subscribe" (a failed
+	// subscription to release notices, with rtt 0).
 	NodeCall(node, op string, rtt time.Duration, err error)
 	// Renewal reports one KeepAlive renewal: nil, a transient error, or one that
 	// errors.Is ErrLost.
