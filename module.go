@@ -20,6 +20,7 @@ import (
 	"go.uber.org/zap"
 	"golang.org/x/net/http/httpguts"
 
+	"github.com/caddy-redlock/caddy-redlock/internal/redact"
 	"github.com/caddy-redlock/caddy-redlock/redlock"
 )
 
@@ -423,35 +424,25 @@ func checkNodeURL(raw string) error {
 	}
 	u, err := url.Parse(raw)
 	if err != nil {
-		return fmt.Errorf("node %q: not a valid URL", redactURL(raw))
+		return fmt.Errorf("node %q: not a valid URL", redact.URL(raw))
 	}
 	if err := checkURLQuery(u); err != nil {
-		return fmt.Errorf("node %q: %w", redactURL(raw), err)
+		return fmt.Errorf("node %q: %w", redact.URL(raw), err)
 	}
 	switch u.Scheme {
 	case "unix":
 		if u.Path == "" || u.Path == "/" {
-			return fmt.Errorf("node %q: no socket path (unix:///path/redis.sock)", redactURL(raw))
+			return fmt.Errorf("node %q: no socket path (unix:///path/redis.sock)", redact.URL(raw))
 		}
 		return nil
 	case "redis", "rediss":
 	default:
-		return fmt.Errorf("node %q: scheme must be redis, rediss or unix", redactURL(raw))
+		return fmt.Errorf("node %q: scheme must be redis, rediss or unix", redact.URL(raw))
 	}
 	if u.Hostname() == "" {
-		return fmt.Errorf("node %q: no host", redactURL(raw))
+		return fmt.Errorf("node %q: no host", redact.URL(raw))
 	}
 	return nil
-}
-
-// redactURL hides the user info of a URL (it may hold a password).
-func redactURL(raw string) string {
-	scheme := strings.Index(raw, "://")
-	at := strings.LastIndexByte(raw, '@')
-	if scheme < 0 || at < scheme {
-		return raw
-	}
-	return raw[:scheme+3] + "xxxxx" + raw[at:]
 }
 
 // expandURLs expands global placeholders ({env.X}, {file.path}) in node URLs, so that

@@ -12,6 +12,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
+
+	"github.com/caddy-redlock/caddy-redlock/internal/redact"
 )
 
 // node is one independent Redis master: its client and what we know of its health.
@@ -73,8 +75,8 @@ func parseNodeURL(raw string) (*redis.Options, string, error) {
 		o, err := redis.ParseURL(raw)
 		if err != nil {
 			// go-redis quotes the URL in its error: keep a password out of it.
-			msg := strings.ReplaceAll(err.Error(), raw, redactURL(raw))
-			return nil, "", fmt.Errorf("redlock: node URL %q: %s", redactURL(raw), msg)
+			msg := strings.ReplaceAll(err.Error(), raw, redact.URL(raw))
+			return nil, "", fmt.Errorf("redlock: node URL %q: %s", redact.URL(raw), msg)
 		}
 		opt = o
 	} else {
@@ -85,16 +87,6 @@ func parseNodeURL(raw string) (*redis.Options, string, error) {
 		opt = &redis.Options{Addr: raw}
 	}
 	return opt, nodeAddr(opt), nil
-}
-
-// redactURL hides a password in a URL for error messages.
-func redactURL(raw string) string {
-	at := strings.LastIndexByte(raw, '@')
-	scheme := strings.Index(raw, "://")
-	if at < 0 || scheme < 0 || at < scheme {
-		return raw
-	}
-	return raw[:scheme+3] + "xxx@" + raw[at+1:]
 }
 
 func newNode(c *Client, raw string) (*node, error) {
