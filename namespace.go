@@ -23,6 +23,9 @@ type namespace struct {
 	prefix          string
 	keys            string // the path and key templates, in order
 	caseInsensitive bool
+	// limit: a limited key lives in its places, not under its own name, so holders of
+	// one limit and of another do not exclude each other.
+	limit int
 }
 
 func newNamespace(urls []string, s *settings, h *Handler) namespace {
@@ -32,7 +35,8 @@ func newNamespace(urls []string, s *settings, h *Handler) namespace {
 		keys.WriteString(p.Path + " " + p.Key + " " + strings.Join(p.Keys, " ") + "\n")
 	}
 	keys.WriteString(h.Key + " " + strings.Join(h.Keys, " "))
-	return namespace{nodes: strings.Join(sorted, "\n"), prefix: s.prefix, keys: keys.String(), caseInsensitive: h.CaseInsensitive}
+	return namespace{nodes: strings.Join(sorted, "\n"), prefix: s.prefix, keys: keys.String(), caseInsensitive: h.CaseInsensitive,
+		limit: s.limit}
 }
 
 // changes names what differs from o, for the log.
@@ -49,6 +53,9 @@ func (n namespace) changes(o namespace) []string {
 	}
 	if n.caseInsensitive != o.caseInsensitive {
 		out = append(out, "case_insensitive")
+	}
+	if n.limit != o.limit {
+		out = append(out, "limit")
 	}
 	return out
 }

@@ -3,6 +3,7 @@ package caddyredlock
 import (
 	"fmt"
 	"net/http"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -17,14 +18,15 @@ import (
 func TestReloadChangingNamespaceWarns(t *testing.T) {
 	servers := redistest.StartN(t, 3)
 	up := newUpstream(t, 1500*time.Millisecond, nil)
-	body := func(prefix, ttl string) string {
+	body := func(prefix, ttl string, extra ...string) string {
 		return fmt.Sprintf(`
 	redlock {
 		%s
 		prefix %s
 		ttl %s
+		%s
 	}
-%s`, redisLine(servers), prefix, ttl, proxyTo(up))
+%s`, redisLine(servers), prefix, ttl, strings.Join(extra, "\n"), proxyTo(up))
 	}
 	s := startCaddy(t, "", body("ns1:", "2s"))
 	const warning = "config reload changed where keys live"
@@ -45,5 +47,11 @@ func TestReloadChangingNamespaceWarns(t *testing.T) {
 	holdDuring(func() { s.reload(t, body("ns2:", "3s")) })
 	if !eventually(2*time.Second, func() bool { return s.logContains(warning, `"changed":["prefix"]`, `"held_locks":1`) }) {
 		t.Fatal("no warning for a reload that changed the prefix while a lock was held")
+	}
+	// A limit lives in places of its own: holders of limit 1 and of limit 2 do not see
+	// each other.
+	holdDuring(func() { s.reload(t, body("ns2:", "3s", "limit 2")) })
+	if !eventually(2*time.Second, func() bool { return s.logContains(warning, `"changed":["limit"]`, `"held_locks":1`) }) {
+		t.Fatal("no warning for a reload that changed the limit while a lock was held")
 	}
 }
