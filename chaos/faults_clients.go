@@ -20,7 +20,7 @@ func clientsGoneFault(times int) fault {
 			e.ld.start(ctx)
 		}
 		o.end = time.Now()
-		o.notef("all %d client loops cut %d times mid-request and restarted", e.cfg.clients+e.cfg.streamers, times)
+		o.notef("all %d client loops cut %d times mid-request and restarted", e.cfg.clients+e.cfg.streamers+e.cfg.modeClients, times)
 		return o
 	}}
 }

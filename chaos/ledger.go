@@ -46,6 +46,7 @@ type ledger struct {
 	maxTok    map[string]int64
 	maxWrite  map[string]int64 // per key, the largest token of an exclusive holder
 	most      map[string]int   // per mode, the most live visits inside one key at once
+	mostKey   map[string]int   // per key, the most live visits inside it at once
 	noQuorum  time.Time        // when the quorum was lost; zero while there is one
 	graceNoQ  time.Duration    // how long a lock may outlive the quorum: ttl + slack
 	c         counters
@@ -110,7 +111,7 @@ const maxFailureLog = 30
 func newLedger(fencing bool, pauses *pauseLog, staleSpan time.Duration) *ledger {
 	return &ledger{fencing: fencing, pauses: pauses, now: time.Now, staleSpan: staleSpan,
 		inside: map[string][]*visit{}, maxTok: map[string]int64{}, probes: map[string]*visit{},
-		maxWrite: map[string]int64{}, most: map[string]int{}, limit: chaosLimit}
+		maxWrite: map[string]int64{}, most: map[string]int{}, mostKey: map[string]int{}, limit: chaosLimit}
 }
 
 func (l *ledger) failf(format string, args ...any) {
@@ -178,8 +179,12 @@ func (l *ledger) enterMode(key, mode string, inst int, token int64, hasToken boo
 	l.seq++
 	v = &visit{n: l.seq, id: id, key: key, mode: mode, inst: inst, token: token, entered: now, waitMs: waitMs}
 	live := 1 // v, and the live visits it may share the key with
+	all := 1  // v, and every live visit inside the key (overlaps included)
 	for _, o := range l.inside[key] {
 		paused := o.superseded || l.pauses.pausedSince(o.inst, o.entered, now)
+		if !paused {
+			all++
+		}
 		if compatible(o.mode, mode) {
 			if !paused {
 				live++
@@ -205,6 +210,7 @@ func (l *ledger) enterMode(key, mode string, inst int, token int64, hasToken boo
 		l.failf("VIOLATION: key %s: %s (instance %d, token %d) entered as holder %d of a key limited to %d", key, id, inst, token, live, l.limit)
 	}
 	l.most[mode] = max(l.most[mode], live)
+	l.mostKey[key] = max(l.mostKey[key], all)
 	l.inside[key] = append(l.inside[key], v)
 	if strings.HasPrefix(id, probePrefix) {
 		l.probes[id] = v
@@ -235,6 +241,13 @@ func (l *ledger) mostInside() map[string]int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return maps.Clone(l.most)
+}
+
+// mostPerKey returns, per key, the most live requests that were inside it at once.
+func (l *ledger) mostPerKey() map[string]int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return maps.Clone(l.mostKey)
 }
 
 // write is one fenced operation of a visit (a stream chunk, or a request's final

@@ -80,14 +80,16 @@ func (l *load) modeLoop(ctx context.Context, w int) {
 			to := (from + 1 + rng.IntN(2)) % 3
 			path = "/t/" + accts[from] + "/" + accts[to]
 		}
-		res := result{start: time.Now(), key: path, inst: inst}
+		res := result{start: time.Now(), key: path, inst: inst, route: modeRoute(method, path)}
 		res.status, _, _ = l.send(ctx, inst, method, path, "hold="+hold.String(), fmt.Sprintf("m%d-%d", w, i))
 		res.end = time.Now()
+		// No answer within the client's timeout: a request stuck (a deadlock of the
+		// transfers would show here). One cut by stop counts too if it waited that long.
+		if res.status == 0 && res.end.Sub(res.start) >= l.client.Timeout {
+			l.stuck.Add(1)
+		}
 		if ctx.Err() != nil && res.status == 0 {
 			return
-		}
-		if res.status == 0 && res.end.Sub(res.start) >= l.client.Timeout {
-			l.stuck.Add(1) // no answer in 30s: a request stuck (a deadlock would show here)
 		}
 		l.rec.add(res)
 		think := time.Duration(rng.Int64N(int64(l.cfg.thinkMax) + 1))

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -17,7 +18,8 @@ const (
 
 	headerMode = "X-Lock-Mode"
 
-	chaosLimit = 3 // the limit of /l/{id}
+	chaosLimit = 3           // the limit of /l/{id}
+	limitKey   = "lres:pool" // the one limited key the load uses
 )
 
 // modeRoutes are the Caddyfile lines of the mode routes, each a redlock handler of its own
@@ -63,19 +65,62 @@ func lockedKeys(keyHeader, tokenHeader string) (keys []string, tokens map[string
 // modeChecks are the run's verdicts on the modes besides overlaps (the ledger's): no
 // request stuck (a deadlock of transfers would leave some), and each mode reached the
 // concurrency it allows (readers together, the limit's holders), so the lock was not
-// stricter than it must be. It logs what was reached.
+// stricter than it must be. It logs what was reached, per key.
 func modeChecks(e *env) []string {
 	var out []string
 	if n := e.ld.stuck.Load(); n > 0 {
 		out = append(out, fmt.Sprintf("%d lock-mode requests got no answer within %v (stuck)", n, e.ld.client.Timeout))
 	}
 	most := e.led.mostInside()
-	e.logf("lock modes: up to %d readers inside one key together, up to %d holders of a key limited to %d", most[modeShared], most[modeLimit], chaosLimit)
+	perKey := e.led.mostPerKey()
+	var keys []string
+	for k := range perKey {
+		if strings.HasPrefix(k, "sres:") || strings.HasPrefix(k, "lres:") || strings.HasPrefix(k, "acct:") {
+			keys = append(keys, fmt.Sprintf("%s %d", k, perKey[k]))
+		}
+	}
+	slices.Sort(keys)
+	e.logf("lock modes: up to %d readers inside one key together, up to %d holders of a key limited to %d; most inside per key: %s",
+		most[modeShared], most[modeLimit], chaosLimit, strings.Join(keys, ", "))
 	if most[modeShared] < 2 {
 		out = append(out, fmt.Sprintf("readers never overlapped (at most %d inside one key)", most[modeShared]))
 	}
-	if most[modeLimit] < chaosLimit {
-		out = append(out, fmt.Sprintf("the limit %d was never reached (at most %d holders)", chaosLimit, most[modeLimit]))
+	if n := perKey[limitKey]; n < chaosLimit {
+		out = append(out, fmt.Sprintf("the limit %d of %s was never reached (at most %d holders)", chaosLimit, limitKey, n))
 	}
 	return out
+}
+
+// modeRoute names a lock-mode request for the per-fault figures: "shared GET", "shared
+// PUT", "limit" or "transfer".
+func modeRoute(method, path string) string {
+	switch {
+	case strings.HasPrefix(path, "/s/"):
+		return "shared " + method
+	case strings.HasPrefix(path, "/l/"):
+		return "limit"
+	case strings.HasPrefix(path, "/t/"):
+		return "transfer"
+	}
+	return ""
+}
+
+// modeNote is a fault's lock-mode figures: per route, answered 200 out of sent, so the
+// summary shows every mode ran through the fault.
+func modeNote(rs []result) string {
+	sent, ok := map[string]int{}, map[string]int{}
+	for _, r := range rs {
+		if r.route == "" {
+			continue
+		}
+		sent[r.route]++
+		if r.status == 200 {
+			ok[r.route]++
+		}
+	}
+	var parts []string
+	for _, route := range []string{"shared GET", "shared PUT", "limit", "transfer"} {
+		parts = append(parts, fmt.Sprintf("%s %d/%d", route, ok[route], sent[route]))
+	}
+	return "lock modes (200/sent): " + strings.Join(parts, ", ")
 }

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"net/http"
+	"net/http/httptest"
 	"reflect"
 	"strings"
 	"testing"
@@ -105,5 +107,76 @@ func TestModeRoutes(t *testing.T) {
 	}
 	if strings.Count(out, "fencing") != 4 {
 		t.Errorf("common options not in every handler:\n%s", out)
+	}
+}
+
+// modeRequest is a request as Caddy forwards it to the upstream: its keys (lock order)
+// and their fencing tokens.
+func modeRequest(mode, keys, tokens string) *http.Request {
+	r := httptest.NewRequest("GET", "/t/x/y", nil)
+	r.Header.Set(headerKey, keys)
+	r.Header.Set(headerToken, tokens)
+	r.Header.Set(headerMode, mode)
+	return r
+}
+
+// Several keys: a visit per key, judged per key. Transfers sharing one account overlap on
+// it (one violation); transfers on other accounts do not; a key without its token is
+// unlocked and none of the request's keys stay inside.
+func TestUpstreamSeveralKeysPerKey(t *testing.T) {
+	l, _, _ := newTestLedger()
+	u := &upstream{led: l}
+	ab, ok, _ := u.enter(modeRequest(modeExclusive, "acct:a acct:b", "acct:a=5,acct:b=6"), "acct:a acct:b", 0, "ab")
+	if !ok || len(ab.all) != 2 || ab.token != 6 {
+		t.Fatalf("a->b: ok %v %+v", ok, ab)
+	}
+	bc, ok, _ := u.enter(modeRequest(modeExclusive, "acct:b acct:c", "acct:b=7,acct:c=3"), "acct:b acct:c", 1, "bc")
+	if !ok || l.snapshot().Violations != 1 {
+		t.Fatalf("b->c while a->b is inside: ok %v, %+v", ok, l.snapshot())
+	}
+	if !strings.Contains(strings.Join(l.failureLog(), "\n"), "key acct:b: bc") {
+		t.Fatalf("the violation is not on acct:b: %q", l.failureLog())
+	}
+	de, ok, _ := u.enter(modeRequest(modeExclusive, "acct:d acct:e", "acct:d=1,acct:e=1"), "acct:d acct:e", 2, "de")
+	if !ok || l.snapshot().Violations != 1 {
+		t.Fatalf("d->e counted as an overlap: %+v", l.snapshot())
+	}
+	for _, vs := range []*visits{ab, bc, de} {
+		vs.leave(false)
+	}
+	if _, ok, why := u.enter(modeRequest(modeExclusive, "acct:f acct:g", "acct:f=9"), "acct:f acct:g", 0, "fg"); ok || why != "no lock" {
+		t.Fatalf("a key without its token: ok %v %q", ok, why)
+	}
+	if n := l.insideCount(); n != 0 {
+		t.Fatalf("%d visits left inside after a refused request", n)
+	}
+	if got := l.mostPerKey(); got["acct:b"] != 2 || got["acct:d"] != 1 {
+		t.Fatalf("most per key %v", got)
+	}
+}
+
+// The most holders inside a limited key at once is recorded per key (the report shows the
+// limit was reached); its holders' tokens come from separate places, in any order.
+func TestLedgerMostPerKeyLimit(t *testing.T) {
+	l, _, _ := newTestLedger()
+	a, _, _ := l.enterMode(limitKey, modeLimit, 0, 10, true, "a", "0")
+	b, _, _ := l.enterMode(limitKey, modeLimit, 1, 3, true, "b", "0")
+	l.leave(a, false)
+	c, _, _ := l.enterMode(limitKey, modeLimit, 2, 7, true, "c", "0")
+	if got := l.mostPerKey()[limitKey]; got != 2 || l.snapshot().bad() != 0 {
+		t.Fatalf("most %d, %+v", got, l.snapshot())
+	}
+	l.leave(b, false)
+	l.leave(c, false)
+}
+
+func TestModeNote(t *testing.T) {
+	rs := []result{{route: "shared GET", status: 200}, {route: "shared GET", status: 503}, {route: "transfer", status: 200}, {key: "hot0", hot: true, status: 200}}
+	want := "lock modes (200/sent): shared GET 1/2, shared PUT 0/0, limit 0/0, transfer 1/1"
+	if got := modeNote(rs); got != want {
+		t.Fatalf("got %q, want %q", got, want)
+	}
+	if modeRoute("PUT", "/s/doc0") != "shared PUT" || modeRoute("GET", "/r/x") != "" {
+		t.Fatal("modeRoute")
 	}
 }

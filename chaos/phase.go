@@ -95,7 +95,8 @@ func runPhase(ctx context.Context, e *env, f fault) summary {
 	rs := e.rec.between(start, end)
 	s.requests = len(rs)
 	s.statuses = statusCounts(rs)
-	ok := latencies(rs, func(r result) bool { return r.status == 200 && !r.stream })
+	ok := latencies(rs, func(r result) bool { return r.status == 200 && r.hot }) // the modes' requests hold otherwise
+	s.notes = append(s.notes, modeNote(rs))
 	s.p50, s.p99 = pct(ok, 50), pct(ok, 99)
 	for _, r := range rs {
 		if r.stream {

@@ -13,6 +13,7 @@ type result struct {
 	key        string // hot0, st1, ...
 	hot        bool   // a hot-key request (recovery is measured on these)
 	stream     bool
+	route      string // a lock-mode request: modeRoute's name; "" otherwise
 	inst       int
 	status     int  // 0: no response (connection error, timeout)
 	complete   bool // a stream that ended with "done"
