@@ -91,6 +91,27 @@ func modeChecks(e *env) []string {
 	return out
 }
 
+// waitedOut is the deadlock check of the transfers: with no fault injected (the steady
+// phase), a transfer answered 423 waited the whole wait for two accounts whose holders
+// each hold for milliseconds: A->B and B->A taking their keys in opposite orders would do
+// that. (A deadlock with no wait at all would show as a stuck request instead.)
+func waitedOut(rs []result) []string {
+	n, sent := 0, 0
+	for _, r := range rs {
+		if r.route != "transfer" {
+			continue
+		}
+		sent++
+		if r.status == 423 {
+			n++
+		}
+	}
+	if n == 0 {
+		return nil
+	}
+	return []string{fmt.Sprintf("%d of %d transfers waited out their wait with no fault injected (a deadlock of A->B and B->A?)", n, sent)}
+}
+
 // modeRoute names a lock-mode request for the per-fault figures: "shared GET", "shared
 // PUT", "limit" or "transfer".
 func modeRoute(method, path string) string {

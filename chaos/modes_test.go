@@ -180,3 +180,14 @@ func TestModeNote(t *testing.T) {
 		t.Fatal("modeRoute")
 	}
 }
+
+func TestWaitedOut(t *testing.T) {
+	rs := []result{{route: "transfer", status: 200}, {route: "limit", status: 423}}
+	if got := waitedOut(rs); got != nil {
+		t.Fatalf("no transfer waited out: %q", got)
+	}
+	rs = append(rs, result{route: "transfer", status: 423})
+	if got := waitedOut(rs); len(got) != 1 || !strings.Contains(got[0], "1 of 2 transfers") {
+		t.Fatalf("got %q", got)
+	}
+}

@@ -106,6 +106,9 @@ func runPhase(ctx context.Context, e *env, f fault) summary {
 			}
 		}
 	}
+	if !s.measured {
+		s.failures = append(s.failures, waitedOut(rs)...)
+	}
 	s.c = e.led.snapshot().sub(before)
 	s.lost = countLost(e.insts) - lostBefore
 	s.duration = end.Sub(start)
