@@ -33,7 +33,9 @@ import (
 // and a request with several keys is a visit per key, judged per key. Fencing: a writer's
 // token must be above every token accepted on the key, a reader's above every writer's
 // (readers that hold a key together arrive in any order); a limited key's tokens
-// increase per place, which the upstream cannot see, so they are only required.
+// increase per place, which the upstream cannot see, so they are only required. The
+// upstream judges the lock each request's route asks for (modes.go, wantLock); a request
+// whose lock, as Caddy reports it (mode, keys in lock order), is another is a WRONG LOCK.
 type ledger struct {
 	fencing bool
 	pauses  *pauseLog
@@ -72,6 +74,7 @@ type counters struct {
 	Cancelled        int64 // streams cancelled mid-stream (the upstream saw the request end)
 	StreamsDone      int64 // streams that ran to their end
 	StaleNotCanceled int64 // superseded streams Caddy never cancelled
+	Mismatched       int64 // requests whose lock (mode, keys) is not the one their route asks for
 }
 
 func (c counters) sub(o counters) counters {
@@ -80,13 +83,13 @@ func (c counters) sub(o counters) counters {
 		Regressions: c.Regressions - o.Regressions, StaleRejected: c.StaleRejected - o.StaleRejected,
 		StaleOverlaps: c.StaleOverlaps - o.StaleOverlaps, Unlocked: c.Unlocked - o.Unlocked,
 		Cancelled: c.Cancelled - o.Cancelled, StreamsDone: c.StreamsDone - o.StreamsDone,
-		StaleNotCanceled: c.StaleNotCanceled - o.StaleNotCanceled,
+		StaleNotCanceled: c.StaleNotCanceled - o.StaleNotCanceled, Mismatched: c.Mismatched - o.Mismatched,
 	}
 }
 
 // bad is the number of breaches that fail the suite.
 func (c counters) bad() int64 {
-	return c.Violations + c.Regressions + c.Unlocked + c.StaleNotCanceled
+	return c.Violations + c.Regressions + c.Unlocked + c.StaleNotCanceled + c.Mismatched
 }
 
 // visit is one request inside the upstream.
@@ -294,6 +297,15 @@ func (l *ledger) leave(v *visit, cancelled bool) {
 	} else {
 		l.inside[v.key] = rest
 	}
+}
+
+// mismatched counts a request whose lock, as Caddy reports it, is not the one its route
+// asks for (modes.go, wantLock).
+func (l *ledger) mismatched(id string, inst int, what string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.c.Mismatched++
+	l.failf("WRONG LOCK: %s (instance %d): %s", id, inst, what)
 }
 
 // streamDone counts a stream that ran to its end.

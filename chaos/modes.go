@@ -42,6 +42,31 @@ func modeRoutes(common string) string {
 	return b.String()
 }
 
+// wantLock is the lock a request must hold by its route: the mode and the keys in lock
+// order (sorted, without duplicates), as modeRoutes configures them.
+func wantLock(method, path string) (mode string, keys []string) {
+	route, rest, _ := strings.Cut(strings.TrimPrefix(path, "/"), "/")
+	parts := strings.Split(rest, "/")
+	switch route {
+	case "r":
+		return modeExclusive, []string{"res:" + parts[0]}
+	case "s":
+		if method == "GET" {
+			return modeShared, []string{"sres:" + parts[0]}
+		}
+		return modeExclusive, []string{"sres:" + parts[0]}
+	case "l":
+		return modeLimit, []string{"lres:" + parts[0]}
+	case "t":
+		for _, p := range parts {
+			keys = append(keys, "acct:"+p)
+		}
+		slices.Sort(keys)
+		return modeExclusive, slices.Compact(keys)
+	}
+	return modeExclusive, nil
+}
+
 // lockedKeys reads what Caddy says the request holds: its keys (in lock order) and the
 // fencing token of each (the bare token for one key, key=token pairs for several).
 func lockedKeys(keyHeader, tokenHeader string) (keys []string, tokens map[string]int64) {

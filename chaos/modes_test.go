@@ -110,14 +110,18 @@ func TestModeRoutes(t *testing.T) {
 	}
 }
 
-// modeRequest is a request as Caddy forwards it to the upstream: its keys (lock order)
-// and their fencing tokens.
-func modeRequest(mode, keys, tokens string) *http.Request {
-	r := httptest.NewRequest("GET", "/t/x/y", nil)
+// modeRequest is a request as Caddy forwards it to the upstream: its keys (lock order),
+// their fencing tokens and the mode Caddy took them in.
+func modeRequest(method, path, mode, keys, tokens string) *http.Request {
+	r := httptest.NewRequest(method, path, nil)
 	r.Header.Set(headerKey, keys)
 	r.Header.Set(headerToken, tokens)
 	r.Header.Set(headerMode, mode)
 	return r
+}
+
+func enterReq(u *upstream, r *http.Request, inst int, id string) (*visits, bool, string) {
+	return u.enter(r, r.Header.Get(headerKey), inst, id)
 }
 
 // Several keys: a visit per key, judged per key. Transfers sharing one account overlap on
@@ -126,25 +130,25 @@ func modeRequest(mode, keys, tokens string) *http.Request {
 func TestUpstreamSeveralKeysPerKey(t *testing.T) {
 	l, _, _ := newTestLedger()
 	u := &upstream{led: l}
-	ab, ok, _ := u.enter(modeRequest(modeExclusive, "acct:a acct:b", "acct:a=5,acct:b=6"), "acct:a acct:b", 0, "ab")
+	ab, ok, _ := enterReq(u, modeRequest("POST", "/t/b/a", modeExclusive, "acct:a acct:b", "acct:a=5,acct:b=6"), 0, "ab")
 	if !ok || len(ab.all) != 2 || ab.token != 6 {
-		t.Fatalf("a->b: ok %v %+v", ok, ab)
+		t.Fatalf("b->a: ok %v %+v", ok, ab)
 	}
-	bc, ok, _ := u.enter(modeRequest(modeExclusive, "acct:b acct:c", "acct:b=7,acct:c=3"), "acct:b acct:c", 1, "bc")
+	bc, ok, _ := enterReq(u, modeRequest("POST", "/t/b/c", modeExclusive, "acct:b acct:c", "acct:b=7,acct:c=3"), 1, "bc")
 	if !ok || l.snapshot().Violations != 1 {
-		t.Fatalf("b->c while a->b is inside: ok %v, %+v", ok, l.snapshot())
+		t.Fatalf("b->c while b->a is inside: ok %v, %+v", ok, l.snapshot())
 	}
 	if !strings.Contains(strings.Join(l.failureLog(), "\n"), "key acct:b: bc") {
 		t.Fatalf("the violation is not on acct:b: %q", l.failureLog())
 	}
-	de, ok, _ := u.enter(modeRequest(modeExclusive, "acct:d acct:e", "acct:d=1,acct:e=1"), "acct:d acct:e", 2, "de")
+	de, ok, _ := enterReq(u, modeRequest("POST", "/t/d/e", modeExclusive, "acct:d acct:e", "acct:d=1,acct:e=1"), 2, "de")
 	if !ok || l.snapshot().Violations != 1 {
 		t.Fatalf("d->e counted as an overlap: %+v", l.snapshot())
 	}
 	for _, vs := range []*visits{ab, bc, de} {
 		vs.leave(false)
 	}
-	if _, ok, why := u.enter(modeRequest(modeExclusive, "acct:f acct:g", "acct:f=9"), "acct:f acct:g", 0, "fg"); ok || why != "no lock" {
+	if _, ok, why := enterReq(u, modeRequest("POST", "/t/f/g", modeExclusive, "acct:f acct:g", "acct:f=9"), 0, "fg"); ok || why != "no lock" {
 		t.Fatalf("a key without its token: ok %v %q", ok, why)
 	}
 	if n := l.insideCount(); n != 0 {
@@ -152,6 +156,55 @@ func TestUpstreamSeveralKeysPerKey(t *testing.T) {
 	}
 	if got := l.mostPerKey(); got["acct:b"] != 2 || got["acct:d"] != 1 {
 		t.Fatalf("most per key %v", got)
+	}
+	if got := l.snapshot().Mismatched; got != 0 {
+		t.Fatalf("%d mismatched, want 0", got)
+	}
+}
+
+// The upstream judges the lock the route asks for: a writer Caddy took shared is a wrong
+// lock, and judged as the writer it is (its overlap with a reader is a violation); so is
+// a transfer holding one of its two accounts, or keys out of sorted order.
+func TestUpstreamWrongLock(t *testing.T) {
+	l, _, _ := newTestLedger()
+	u := &upstream{led: l}
+	r, ok, _ := enterReq(u, modeRequest("GET", "/s/doc", modeShared, "sres:doc", "10"), 0, "reader")
+	if !ok || l.snapshot().Mismatched != 0 {
+		t.Fatalf("a reader: ok %v %+v", ok, l.snapshot())
+	}
+	w, _, _ := enterReq(u, modeRequest("PUT", "/s/doc", modeShared, "sres:doc", "11"), 1, "writer taken shared")
+	if got := l.snapshot(); got.Mismatched != 1 || got.Violations != 1 {
+		t.Fatalf("a writer taken shared among a reader: %+v", got)
+	}
+	r.leave(false)
+	w.leave(false)
+	enterReq(u, modeRequest("POST", "/t/a/b", modeExclusive, "acct:a", "5"), 0, "one account")
+	enterReq(u, modeRequest("POST", "/t/a/b", modeExclusive, "acct:b acct:a", "acct:a=6,acct:b=6"), 0, "unsorted")
+	enterReq(u, modeRequest("GET", "/l/pool", modeExclusive, "lres:pool", "1"), 0, "limit taken exclusive")
+	if got := l.snapshot(); got.Mismatched != 4 || got.bad() == 0 {
+		t.Fatalf("wrong locks: %+v", got)
+	}
+	if !strings.Contains(strings.Join(l.failureLog(), "\n"), "WRONG LOCK: one account") {
+		t.Fatalf("failure log: %q", l.failureLog())
+	}
+}
+
+func TestWantLock(t *testing.T) {
+	for _, tc := range []struct {
+		method, path, mode string
+		keys               []string
+	}{
+		{"GET", "/r/hot0", modeExclusive, []string{"res:hot0"}},
+		{"GET", "/s/doc0", modeShared, []string{"sres:doc0"}},
+		{"PUT", "/s/doc0", modeExclusive, []string{"sres:doc0"}},
+		{"POST", "/l/pool", modeLimit, []string{"lres:pool"}},
+		{"POST", "/t/c/a", modeExclusive, []string{"acct:a", "acct:c"}},
+		{"POST", "/t/a/a", modeExclusive, []string{"acct:a"}},
+	} {
+		mode, keys := wantLock(tc.method, tc.path)
+		if mode != tc.mode || !reflect.DeepEqual(keys, tc.keys) {
+			t.Errorf("%s %s: %s %v, want %s %v", tc.method, tc.path, mode, keys, tc.mode, tc.keys)
+		}
 	}
 }
 

@@ -121,6 +121,9 @@ func runPhase(ctx context.Context, e *env, f fault) summary {
 	if s.c.Unlocked > 0 {
 		s.failures = append(s.failures, fmt.Sprintf("%d requests or stream writes without a valid lock", s.c.Unlocked))
 	}
+	if s.c.Mismatched > 0 {
+		s.failures = append(s.failures, fmt.Sprintf("%d requests held another lock (mode or keys) than their route asks for", s.c.Mismatched))
+	}
 	if s.c.StaleNotCanceled > 0 {
 		s.failures = append(s.failures, fmt.Sprintf("%d stale streams never cancelled", s.c.StaleNotCanceled))
 	}

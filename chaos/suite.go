@@ -142,8 +142,8 @@ func finalChecks(ctx context.Context, e *env, up *upstream) []string {
 	// what happened during it).
 	c := e.led.snapshot()
 	if c.bad() > 0 {
-		out = append(out, fmt.Sprintf("over the whole run: %d violations, %d token regressions, %d unlocked, %d stale streams never cancelled",
-			c.Violations, c.Regressions, c.Unlocked, c.StaleNotCanceled))
+		out = append(out, fmt.Sprintf("over the whole run: %d violations, %d token regressions, %d unlocked, %d stale streams never cancelled, %d wrong locks",
+			c.Violations, c.Regressions, c.Unlocked, c.StaleNotCanceled, c.Mismatched))
 	}
 	out = append(out, modeChecks(e)...)
 	for _, in := range e.insts {

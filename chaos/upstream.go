@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -116,13 +117,17 @@ func (u *upstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	fmt.Fprintf(w, "ok %s %d\n", key, tok)
 }
 
-// enter admits the request's visit to each of its keys (modes.go), or none of them.
+// enter admits the request's visit to each of its keys (modes.go), or none of them. It
+// judges the lock the route asks for (wantLock), not the one Caddy says it took: a
+// writer taken shared, or a transfer holding one account, must not pass for correct; a
+// lock other than the route's is counted as well.
 func (u *upstream) enter(r *http.Request, key string, inst int, id string) (*visits, bool, string) {
-	mode := r.Header.Get(headerMode)
-	if mode == "" {
-		mode = modeExclusive
-	}
 	keys, tokens := lockedKeys(key, r.Header.Get(headerToken))
+	mode, want := wantLock(r.Method, r.URL.Path)
+	if got := r.Header.Get(headerMode); len(keys) > 0 && (got != mode || !slices.Equal(keys, want)) {
+		u.led.mismatched(id, inst, fmt.Sprintf("%s %s took %q %s, want %q %s", r.Method, r.URL.Path, key, got, strings.Join(want, " "), mode))
+	}
+	keys = want
 	if len(keys) == 0 {
 		keys = []string{""} // the ledger counts it as unlocked
 	}
