@@ -12,8 +12,6 @@ import (
 
 	"github.com/caddyserver/caddy/v2"
 	"go.uber.org/zap"
-
-	"github.com/caddy-redlock/caddy-redlock/redlock"
 )
 
 func init() {
@@ -160,8 +158,8 @@ type lockerJSON struct {
 	Quorum int    `json:"quorum"`
 }
 
-func describeLocker(li lockerInfo) lockerJSON {
-	return lockerJSON{Locker: li.ID, Name: li.Name, Prefix: li.Prefix, Quorum: li.Client.Quorum()}
+func describeLocker(li *sharedLocker) lockerJSON {
+	return lockerJSON{Locker: li.id, Name: li.name, Prefix: li.prefix, Quorum: li.client.Status().Quorum}
 }
 
 type lockerNodesJSON struct {
@@ -181,7 +179,7 @@ func (a *AdminAPI) handleNodes(w http.ResponseWriter, r *http.Request) error {
 	}{Lockers: []lockerNodesJSON{}}
 	for _, li := range lockers() {
 		ln := lockerNodesJSON{lockerJSON: describeLocker(li), Nodes: []nodeJSON{}}
-		for _, n := range li.Client.Nodes() {
+		for _, n := range li.client.Status().Nodes {
 			nj := nodeJSON{Address: n.Address, Up: n.Up, Checked: n.Checked, LastRTTMS: millis(n.LastRTT),
 				LastCheck: n.LastCheck, LastError: n.LastError, LastErrorAt: n.LastErrorAt, Errors: n.Errors,
 				RunID: n.RunID, QuarantinedUntil: n.QuarantinedUntil}
@@ -268,11 +266,11 @@ func (a *AdminAPI) handleKeys(w http.ResponseWriter, r *http.Request) error {
 	out := keyJSON{Key: key, Status: keyNotHeld, Lockers: []lockerKeyJSON{}}
 	reqs := inflightRequests()
 	for _, li := range lockers() {
-		st, err := li.Client.Inspect(ctx, key)
+		st, err := li.client.Inspect(ctx, key)
 		if err != nil {
-			return caddy.APIError{HTTPStatus: http.StatusInternalServerError, Err: fmt.Errorf("inspecting key %q on locker %s: %w", key, li.Name, err)}
+			return caddy.APIError{HTTPStatus: http.StatusInternalServerError, Err: fmt.Errorf("inspecting key %q on locker %s: %w", key, li.name, err)}
 		}
-		lk := lockerKeyJSON{lockerJSON: describeLocker(li), RedisKey: li.Prefix + key, Status: keyNotHeld,
+		lk := lockerKeyJSON{lockerJSON: describeLocker(li), RedisKey: li.prefix + key, Status: keyNotHeld,
 			PresentOn: st.Present, QuorumHeld: st.QuorumHeld, HeldHere: st.HeldHere, Nodes: make([]keyNodeJSON, 0, len(st.Nodes))}
 		switch {
 		case st.QuorumHeld:
@@ -291,7 +289,7 @@ func (a *AdminAPI) handleKeys(w http.ResponseWriter, r *http.Request) error {
 			lk.Nodes = append(lk.Nodes, nj)
 		}
 		for _, ri := range reqs {
-			if ri.Locker != li.ID || !ri.locks(key) {
+			if ri.Locker != li.id || !ri.locks(key) {
 				continue
 			}
 			if ri.State == stateWaiting {
@@ -347,27 +345,29 @@ func (a *AdminAPI) forceRelease(ctx context.Context, w http.ResponseWriter, r *h
 	out := releaseJSON{Key: key, Status: keyNotHeld, Lockers: []releaseLockerJSON{}}
 	var short []string
 	for _, li := range lockers() {
-		lr := releaseLockerJSON{lockerJSON: describeLocker(li), RedisKey: li.Prefix + key, Nodes: len(li.Client.Nodes())}
-		held := li.Client.Holding(key)
-		deleted, err := li.Client.ForceRelease(ctx, key)
+		st := li.client.Status()
+		lr := releaseLockerJSON{lockerJSON: describeLocker(li), RedisKey: li.prefix + key, Nodes: len(st.Nodes)}
+		deleted, err := li.client.ForceRelease(ctx, key)
 		lr.DeletedOn, lr.Answered = deleted, lr.Nodes-nodeFailures(err)
-		if held != nil && errors.Is(held.Err(), redlock.ErrLost) {
-			// ForceRelease marked the lock lost (force_released) and released it: the
-			// handler's watcher cancels the request, whose own release then does nothing.
-			lr.HeldHere, lr.Token = true, held.Token()
+		for _, held := range st.Held {
+			if held.Info().Key == key && isLost(held.Info().Err) {
+				// ForceRelease marked the lock lost (force_released) and released it: the
+				// handler's watcher cancels the request, whose own release then does nothing.
+				lr.HeldHere, lr.Token = true, held.Token()
+			}
 		}
 		if err != nil {
 			lr.Errors = errorLines(err)
 		}
-		if lr.Answered < li.Client.Quorum() {
-			short = append(short, fmt.Sprintf("%s: %d of %d nodes answered", li.Name, lr.Answered, lr.Nodes))
+		if lr.Answered < st.Quorum {
+			short = append(short, fmt.Sprintf("%s: %d of %d nodes answered", li.name, lr.Answered, lr.Nodes))
 		}
 		if deleted > 0 || lr.HeldHere {
 			out.Status = "released"
 		}
 		out.DeletedOn += deleted
 		a.logger.Warn("redlock key force-released by operator",
-			zap.String("key", key), zap.String("locker", li.Name), zap.Int("deleted_on", deleted),
+			zap.String("key", key), zap.String("locker", li.name), zap.Int("deleted_on", deleted),
 			zap.Int("answered", lr.Answered), zap.Int("nodes", lr.Nodes), zap.Bool("held_here", lr.HeldHere),
 			optInt64("token", lr.Token), zap.String("remote_addr", r.RemoteAddr), clientCert(r), zap.Error(err))
 		out.Lockers = append(out.Lockers, lr)

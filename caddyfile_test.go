@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/caddy-redlock/caddy-redlock/redlock"
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 )
@@ -74,7 +75,7 @@ func TestCaddyfileEveryOption(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s.wait != 0 || s.retryMin != 10*time.Millisecond || s.retryMax != 100*time.Millisecond || !s.bypass || s.fencingHeader != "X-Fence" {
+	if s.wait != 0 || s.lock.RetryDelayMin != 10*time.Millisecond || s.lock.RetryDelayMax != 100*time.Millisecond || !s.bypass || s.fencingHeader != "X-Fence" {
 		t.Errorf("resolved: %+v", s)
 	}
 }
@@ -85,10 +86,16 @@ func TestDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The lock's defaults are the redlock package's (Options.Resolve), not copies.
+	o := s.lock
+	if o.Prefix != "redlock:" || o.TTL != 10*time.Second || o.MaxTTL != 10*time.Second || o.NodeTimeout != 100*time.Millisecond ||
+		o.DriftFactor != 0.01 || o.RetryDelayMin != 25*time.Millisecond || o.RetryDelayMax != 250*time.Millisecond {
+		t.Errorf("lock defaults %+v", o)
+	}
+	s.lock = redlock.Options{}
 	want := settings{
-		urls: []string{"127.0.0.1:6379"}, prefix: "redlock:", ttl: 10 * time.Second, maxTTL: 10 * time.Second, renew: 10 * time.Second / 3,
-		wait: 5 * time.Second, retryMin: 25 * time.Millisecond, retryMax: 250 * time.Millisecond,
-		nodeTimeout: 100 * time.Millisecond, drift: 0.01, busyStatus: 423, fencingHeader: "Redlock-Fencing-Token", limit: 1,
+		urls: []string{"127.0.0.1:6379"}, renew: 10 * time.Second / 3, wait: 5 * time.Second,
+		busyStatus: 423, fencingHeader: "Redlock-Fencing-Token", limit: 1,
 	}
 	if !reflect.DeepEqual(*s, want) {
 		t.Errorf("defaults\n%+v\nwant\n%+v", *s, want)
@@ -99,7 +106,7 @@ func TestDefaults(t *testing.T) {
 	}
 	// One retry_delay value is both bounds.
 	h.RetryDelay = []caddy.Duration{dur(time.Second)}
-	if s, err := h.resolve(); err != nil || s.retryMin != time.Second || s.retryMax != time.Second {
+	if s, err := h.resolve(); err != nil || s.lock.RetryDelayMin != time.Second || s.lock.RetryDelayMax != time.Second {
 		t.Errorf("retry_delay 1s: %+v %v", s, err)
 	}
 }
@@ -160,21 +167,21 @@ func TestCaddyfileErrors(t *testing.T) {
 		{"redlock {\n" + r + "wait\n}", "wait: want exactly one argument, got 0"},
 		{"redlock {\n" + r + "retry_delay\n}", "retry_delay: want <min> [<max>], got 0"},
 		{"redlock {\n" + r + "retry_delay 1s 2s 3s\n}", "retry_delay: want <min> [<max>], got 3"},
-		{"redlock {\n" + r + "retry_delay 2s 1s\n}", "retry_delay: must satisfy 0 <= min <= max and max > 0"},
-		{"redlock {\n" + r + "retry_delay 0\n}", "retry_delay: must satisfy"},
+		{"redlock {\n" + r + "retry_delay 2s 1s\n}", "retry_delay: must satisfy 0 <= min <= max"},
+		{"redlock {\n" + r + "retry_delay 0\n}", "retry_delay: max must be > 0"},
 		{"redlock {\n" + r + "retry_delay x\n}", "retry_delay: "},
 		{"redlock {\n" + r + "node_timeout 0s\nttl 1s\nnode_timeout 2s\n}", "node_timeout: given more than once"},
 		{"redlock {\n" + r + "node_timeout fast\n}", "node_timeout: "},
-		{"redlock {\n" + r + "drift_factor 0.5\n}", "drift_factor: want a number > 0 and < 0.5"},
-		{"redlock {\n" + r + "drift_factor 0\n}", "drift_factor: want a number > 0 and < 0.5"},
+		{"redlock {\n" + r + "drift_factor 0.5\n}", "drift_factor: must be > 0 and < 0.5"},
+		{"redlock {\n" + r + "drift_factor 0\n}", "drift_factor: want a number > 0"},
 		{"redlock {\n" + r + "drift_factor x\n}", "drift_factor: want a number"},
 		{"redlock {\n" + r + "max_hold -5s\n}", "max_hold: negative duration"},
-		{"redlock {\n" + r + "busy_status 200\n}", "busy_status: want a 4xx or 5xx status code"},
-		{"redlock {\n" + r + "busy_status abc\n}", "busy_status: want a 4xx or 5xx"},
+		{"redlock {\n" + r + "busy_status 200\n}", "busy_status: must be a 4xx or 5xx status code"},
+		{"redlock {\n" + r + "busy_status abc\n}", "busy_status: want a status code"},
 		{"redlock {\n" + r + "fencing a b\n}", "fencing: want at most one header name"},
 		{"redlock {\n" + r + "fencing bad:header\n}", `fencing: "bad:header" is not a valid header name`},
 		{"redlock {\n" + r + "fencing host\n}", "fencing: header Host cannot carry the token"},
-		{"redlock {\n" + r + "on_unavailable maybe\n}", `on_unavailable: want "fail" or "bypass"`},
+		{"redlock {\n" + r + "on_unavailable maybe\n}", `on_unavailable: must be "fail" or "bypass"`},
 		{"redlock {\n" + r + "on_unavailable\n}", "on_unavailable: want exactly one argument"},
 	} {
 		var h Handler

@@ -35,7 +35,7 @@ func (h *Handler) dryRunThrough(w http.ResponseWriter, r *http.Request, next cad
 	switch {
 	case errors.As(err, &busy):
 		reason, result = "busy", resultBusy
-	case errors.Is(err, redlock.ErrUnavailable), errors.Is(err, redlock.ErrClosed):
+	case isUnavailable(err), errors.Is(err, redlock.ErrClosed):
 		reason, result = "unavailable", resultUnavailable
 	}
 	countAcquire(e.mode, result, wait)

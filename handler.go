@@ -9,6 +9,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
@@ -49,7 +50,13 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	repl.Set(phKey, key)
 	repl.Set(phMode, mode)
 
-	if !h.locker.hold() {
+	// One context for the wait and for next: cancelling it (lock lost, process exiting)
+	// stops whichever is running.
+	ctx, cancel := context.WithCancelCause(r.Context())
+	defer cancel(nil)
+	e := &inflight{owner: h, locker: h.locker.shared.id, key: key, keys: keys, mode: mode, method: r.Method,
+		uri: r.RequestURI, remote: r.RemoteAddr, since: time.Now(), cancel: cancel}
+	if !trackRequest(e) {
 		// Only after Cleanup, for a request that arrived as its server was shutting down.
 		if h.s.dryRun {
 			return h.dryRunUnlocked(w, r, next, key, "unavailable", errors.New("handler is shutting down"))
@@ -57,33 +64,28 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		w.Header().Set("Retry-After", "1")
 		return caddyhttp.Error(http.StatusServiceUnavailable, errors.New("redlock: handler is shutting down"))
 	}
-	// One context for the wait and for next: cancelling it (lock lost, process exiting)
-	// stops whichever is running.
-	ctx, cancel := context.WithCancelCause(r.Context())
-	defer cancel(nil)
-	e := &inflight{owner: h, locker: h.locker.shared.id, key: key, keys: keys, mode: mode, method: r.Method,
-		uri: r.RequestURI, remote: r.RemoteAddr, since: time.Now(), cancel: cancel}
-	addInflight(e)
-	defer requestDone(e)
-
-	// A key this instance already holds exclusively means a wait even if the first round
-	// in Redis succeeds once it is our turn (for the wait-time metric).
-	queued := mode == modeExclusive && h.locker.shared.client.Holding(keys[0]) != nil
 	start := time.Now()
 	l, err := acquire(ctx, h.locker.shared.client, keys, h.s.acquireOptions(mode))
 	wait := time.Since(start)
 	repl.Set(phWaitMS, wait.Milliseconds())
 	if err != nil {
-		removeInflight(e)
-		h.locker.drop()
+		untrackRequest(e)
 		return h.acquireFailed(w, r.WithContext(ctx), next, e, wait, err)
 	}
 	countAcquire(mode, resultAcquired, wait)
-	if queued || l.attempts() > 1 {
+	if l.waited() {
 		countWaited(mode, resultAcquired, wait)
 	}
 	h.logger.Debug("redlock acquired", zap.String("key", key), zap.String("mode", mode), zap.Int64("wait_ms", wait.Milliseconds()),
 		zap.Int("attempts", l.attempts()), tokenField(l))
+	return h.serveLocked(ctx, w, r, next, repl, l, e)
+}
+
+// serveLocked runs next while the request's locks are held: renewed, watched (a lost
+// lock cancels ctx) and, on every way out, finished (released, handed over or drained).
+func (h *Handler) serveLocked(ctx context.Context, w http.ResponseWriter, r *http.Request, next caddyhttp.Handler,
+	repl *caddy.Replacer, l heldLocks, e *inflight) error {
+	key := e.key
 	// Runs on every way out, panics included. aborted is set only once next returned.
 	aborted := false
 	defer func() {
@@ -112,12 +114,12 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		repl.Set(phToken, tok)
 	}
 	e.setHeld(l)
-	stop := h.watchLock(l, e, cancel, r)
+	stop := h.watchLock(ctx, l, e, r)
 	defer stop() // on a panic in next; a no-op after the call below
-	err = next.ServeHTTP(w, r.WithContext(ctx))
+	err := next.ServeHTTP(w, r.WithContext(ctx))
 	stop()
 	aborted = ctx.Err() != nil || upstreamMayStillWork(err, r)
-	if cause := context.Cause(ctx); errors.Is(cause, redlock.ErrLost) && err != nil {
+	if cause := context.Cause(ctx); isLost(cause) && err != nil {
 		return fmt.Errorf("%w (request aborted: %v)", err, cause)
 	}
 	return err
@@ -143,8 +145,7 @@ func (h *Handler) finish(l heldLocks, e *inflight, r *http.Request, aborted bool
 		// finished (the upstream is done with this one: next has returned).
 		h.logReleased(l, e, zap.Bool("handed_over", true))
 		observeHold(e.mode, holdHandedOver, e.heldFor())
-		removeInflight(e)
-		h.locker.drop()
+		untrackRequest(e)
 		// Let the new holder run first: it was queued on this thread and would otherwise
 		// wait for this response's final write to the client, and the key's throughput is
 		// bound by how soon the next request reaches the upstream.
@@ -157,33 +158,30 @@ func (h *Handler) finish(l heldLocks, e *inflight, r *http.Request, aborted bool
 	if !aborted || l.allLost() {
 		// Off the response's critical path: net/http finishes the response (the last
 		// flush, the end of a chunked body) only once ServeHTTP has returned, so a
-		// release round trip here would delay every client. The goroutine holds the
-		// request's locker reference, ends within about two node timeouts (a local
-		// handoff at once), and an exiting Caddy waits for it.
+		// release round trip here would delay every client. The request's table entry
+		// (and with it its locker reference) stays until the release is done: within
+		// about two node timeouts (a local handoff at once); an exiting Caddy waits for it.
 		how := holdReleased
 		if l.err() != nil {
 			how = holdLost
 		}
 		observeHold(e.mode, how, e.heldFor())
-		h.releasing.Add(1)
+		e.setReleasing()
 		go func() {
-			defer h.releasing.Add(-1)
 			h.release(l, e, r)
-			removeInflight(e)
-			h.locker.drop()
+			untrackRequest(e)
 		}()
 		return
 	}
 	e.setState(stateDraining)
 	h.logger.Debug("redlock request cut short or upstream error: lock kept one more ttl before release (draining)",
 		zap.String("key", e.key), zap.Int64("held_ms", e.heldFor().Milliseconds()), tokenField(l))
-	// The timer owns the lock and the request's locker reference until it fires; it
-	// always fires (within one ttl), also on reloads and shutdown.
-	time.AfterFunc(h.s.ttl, func() {
+	// The timer owns the lock and the request's table entry until it fires; it always
+	// fires (within one ttl), also on reloads and shutdown.
+	time.AfterFunc(h.s.lock.TTL, func() {
 		observeHold(e.mode, holdDrained, e.heldFor())
 		h.release(l, e, r)
-		removeInflight(e)
-		h.locker.drop()
+		untrackRequest(e)
 	})
 }
 
@@ -227,7 +225,7 @@ func (h *Handler) acquireFailed(w http.ResponseWriter, r *http.Request, next cad
 			zap.Int("attempts", busy.Attempts), zap.Int("status", h.s.busyStatus))
 		w.Header().Set("Retry-After", retryAfter(busy.RetryAfter))
 		return caddyhttp.Error(h.s.busyStatus, fmt.Errorf("redlock: key %q still busy after waiting %v: %w", key, wait.Round(time.Millisecond), err))
-	case errors.Is(err, redlock.ErrUnavailable), errors.Is(err, redlock.ErrClosed):
+	case isUnavailable(err), errors.Is(err, redlock.ErrClosed):
 		// A closed locker (ErrClosed) is a shutdown, not a Redis outage: never a reason to
 		// serve unlocked, whatever on_unavailable says.
 		if h.s.bypass && !errors.Is(err, redlock.ErrClosed) {
@@ -250,35 +248,35 @@ func retryAfter(d time.Duration) string {
 	return strconv.Itoa(max(1, int(math.Ceil(d.Seconds()))))
 }
 
-// watchLock cancels the request the moment its lock is lost, so that reverse_proxy stops
-// proxying (and closes streams and websockets) instead of running on unlocked. No
-// goroutine waits meanwhile (Lock.OnLost). The returned stop ends the watch and, if the
-// loss was already being handled, waits for that; it may be called more than once.
-func (h *Handler) watchLock(l heldLocks, e *inflight, cancel context.CancelCauseFunc, r *http.Request) (stop func()) {
+// watchLock cancels the request the moment one of its locks is lost, so that
+// reverse_proxy stops proxying (and closes streams and websockets) instead of running on
+// unlocked, and says so in the log. No goroutine waits meanwhile (Lock.Context and
+// context.AfterFunc). The returned stop ends the watch and, if the loss was already being
+// handled, waits for that; it may be called more than once.
+func (h *Handler) watchLock(ctx context.Context, l heldLocks, e *inflight, r *http.Request) (stop func()) {
+	lockCtx, cancelLockCtx := l.context(ctx)
 	handled := make(chan struct{})
-	stopHook := l.onLost(func(lost error) {
+	stopWatch := context.AfterFunc(lockCtx, func() {
 		defer close(handled)
-		cancel(lost)
-		reason := "unknown"
-		var le *redlock.LostError
-		if errors.As(lost, &le) {
-			reason = le.Reason
+		le, ok := errors.AsType[*redlock.LostError](context.Cause(lockCtx))
+		if !ok {
+			return // the request itself ended (client gone, Caddy exiting): not a loss
 		}
-		counters.lost.Add(1)
-		hooks.lost(reason)
-		lostKey := e.key
-		if le != nil {
-			lostKey = le.Key
-		}
+		e.cancel(le)
+		metrics.lost.WithLabelValues(string(le.Reason)).Inc()
 		h.logger.Error("redlock lock lost while the request ran: request aborted",
-			zap.String("key", e.key), zap.String("lost_key", lostKey), zap.String("reason", reason), zap.Int("renewals", l.renewals()),
+			zap.String("key", e.key), zap.String("lost_key", le.Key), zap.String("reason", string(le.Reason)), zap.Int("renewals", l.renewals()),
 			zap.Int64("wait_ms", e.waitedFor().Milliseconds()), zap.Int64("held_ms", e.heldFor().Milliseconds()),
 			tokenField(l), zap.String("method", r.Method), zap.String("uri", r.RequestURI))
 	})
+	var once sync.Once
 	return func() {
-		if !stopHook() {
-			<-handled
-		}
+		once.Do(func() {
+			if !stopWatch() {
+				<-handled
+			}
+			cancelLockCtx()
+		})
 	}
 }
 
@@ -306,28 +304,8 @@ func (h *Handler) logReleased(l heldLocks, e *inflight, extra zap.Field) {
 // carries them. A token is no secret (the upstream sees it); the lock value is, and is
 // never logged.
 func tokenField(l heldLocks) zap.Field {
-	if !l[0].Fencing() {
+	if !l.fencing() {
 		return zap.Skip()
 	}
 	return zap.String("token", l.fencingHeader())
-}
-
-// heldFor is how long the request has held its lock (0 before it got it).
-func (e *inflight) heldFor() time.Duration {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if e.heldAt.IsZero() {
-		return 0
-	}
-	return time.Since(e.heldAt)
-}
-
-// waitedFor is how long the request waited for its lock (so far, if still waiting).
-func (e *inflight) waitedFor() time.Duration {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if e.heldAt.IsZero() {
-		return time.Since(e.since)
-	}
-	return e.heldAt.Sub(e.since)
 }

@@ -294,7 +294,7 @@ func TestClientGoesAwayWhileWaiting(t *testing.T) {
 %s`, redisLine(servers), proxyTo(up)))
 
 	release := holdKey(t, servers, "away:", "/k", 2*time.Second)
-	cancelledBefore := counters.cancelled.Load()
+	cancelledBefore := metricTotal(t, metrics.acquire, map[string]string{"result": resultCancelled})
 	for range 3 {
 		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 		req, _ := http.NewRequestWithContext(ctx, "GET", s.url+"/k", nil)
@@ -307,8 +307,8 @@ func TestClientGoesAwayWhileWaiting(t *testing.T) {
 	if !eventually(5*time.Second, func() bool { return len(inflightRequests()) == 0 }) {
 		t.Errorf("requests still waiting after their clients left: %+v", inflightRequests())
 	}
-	if n := counters.cancelled.Load() - cancelledBefore; n != 3 {
-		t.Errorf("%d waits ended as cancelled, want 3", n)
+	if n := metricTotal(t, metrics.acquire, map[string]string{"result": resultCancelled}) - cancelledBefore; n != 3 {
+		t.Errorf("%d waits ended as cancelled, want 3", int(n))
 	}
 	release()
 	noKeysLeft(t, servers, "away:")

@@ -3,6 +3,7 @@ package caddyredlock
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -15,6 +16,9 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig"
@@ -498,4 +502,40 @@ func holdKey(t *testing.T, servers []*redistest.Server, prefix, key string, ttl 
 	}
 	t.Cleanup(release)
 	return release
+}
+
+func isBusy(err error) bool {
+	_, ok := errors.AsType[*redlock.BusyError](err)
+	return ok
+}
+
+// metricTotal sums a counter's values, or a histogram's sample counts, over the series
+// whose labels include want (label name -> value).
+func metricTotal(t testing.TB, c prometheus.Collector, want map[string]string) float64 {
+	t.Helper()
+	ch := make(chan prometheus.Metric, 64)
+	go func() { c.Collect(ch); close(ch) }()
+	total := 0.0
+	for m := range ch {
+		var pb dto.Metric
+		if err := m.Write(&pb); err != nil {
+			t.Fatal(err)
+		}
+		labels := map[string]string{}
+		for _, lp := range pb.GetLabel() {
+			labels[lp.GetName()] = lp.GetValue()
+		}
+		match := true
+		for k, v := range want {
+			match = match && labels[k] == v
+		}
+		switch {
+		case !match:
+		case pb.Counter != nil:
+			total += pb.GetCounter().GetValue()
+		case pb.Histogram != nil:
+			total += float64(pb.GetHistogram().GetSampleCount())
+		}
+	}
+	return total
 }

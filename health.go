@@ -37,7 +37,7 @@ func health(now time.Time) healthJSON {
 	out := healthJSON{OK: true, Lockers: []healthLockerJSON{}}
 	for _, li := range lockers() {
 		hl := healthLockerJSON{lockerJSON: describeLocker(li), NotVoting: []healthNodeJSON{}}
-		for _, n := range li.Client.Nodes() {
+		for _, n := range li.client.Status().Nodes {
 			hl.Nodes++
 			left := n.QuarantinedUntil.Sub(now)
 			if n.Up && left <= 0 {

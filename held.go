@@ -32,9 +32,19 @@ type heldLocks []*redlock.Lock
 func (hl heldLocks) attempts() int {
 	n := 0
 	for _, l := range hl {
-		n = max(n, l.Attempts())
+		n = max(n, l.Info().Attempts)
 	}
 	return n
+}
+
+// waited reports whether any key was found held and waited for.
+func (hl heldLocks) waited() bool {
+	for _, l := range hl {
+		if l.Info().Waited {
+			return true
+		}
+	}
+	return false
 }
 
 // keepAlive starts renewing every lock; the first error stops (the caller releases all).
@@ -55,17 +65,17 @@ func (hl heldLocks) fencingHeader() string {
 	}
 	parts := make([]string, len(hl))
 	for i, l := range hl {
-		parts[i] = l.Key() + "=" + strconv.FormatInt(l.Token(), 10)
+		parts[i] = l.Info().Key + "=" + strconv.FormatInt(l.Token(), 10)
 	}
 	return strings.Join(parts, ",")
 }
 
-// err is nil while every lock is held, else the first lock's error (lost before
-// released, as in redlock.Lock.Err).
+// err is nil while every lock is held, else the first lost lock's *LostError, else
+// ErrReleased (as in redlock.LockInfo.Err).
 func (hl heldLocks) err() error {
 	var released error
 	for _, l := range hl {
-		if err := l.Err(); errors.Is(err, redlock.ErrLost) {
+		if err := l.Info().Err; isLost(err) {
 			return err
 		} else if err != nil && released == nil {
 			released = err
@@ -77,7 +87,7 @@ func (hl heldLocks) err() error {
 // allLost reports whether no lock of the set keeps anyone out any more.
 func (hl heldLocks) allLost() bool {
 	for _, l := range hl {
-		if l.Err() == nil {
+		if l.Info().Err == nil {
 			return false
 		}
 	}
@@ -88,7 +98,7 @@ func (hl heldLocks) allLost() bool {
 func (hl heldLocks) renewals() int {
 	n := -1
 	for _, l := range hl {
-		if r := l.Renewals(); n < 0 || r < n {
+		if r := l.Info().Renewals; n < 0 || r < n {
 			n = r
 		}
 	}
@@ -97,12 +107,15 @@ func (hl heldLocks) renewals() int {
 
 // validity is the least validity left of any lock.
 func (hl heldLocks) validity() time.Duration {
-	v := hl[0].Validity()
+	v := hl[0].Info().Validity
 	for _, l := range hl[1:] {
-		v = min(v, l.Validity())
+		v = min(v, l.Info().Validity)
 	}
 	return v
 }
+
+// fencing reports whether the locks carry fencing tokens.
+func (hl heldLocks) fencing() bool { return hl[0].Token() != 0 }
 
 // handOver passes a lone lock to this instance's next request for its key (Lock.HandOver).
 // Several keys are released in Redis: handing a set on would need a waiter for exactly
@@ -136,20 +149,29 @@ func (hl heldLocks) release(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// onLost runs f once, in a goroutine, when the first of the locks is lost (Lock.OnLost).
-// stop cancels it and reports whether f will never run.
-func (hl heldLocks) onLost(f func(error)) (stop func() bool) {
-	var once sync.Once
-	stops := make([]func() bool, len(hl))
+// context returns a copy of parent cancelled the moment any of the locks is lost, with
+// that lock's *redlock.LostError as its cause (redlock.Lock.Context).
+func (hl heldLocks) context(parent context.Context) (context.Context, context.CancelFunc) {
+	ctx := parent
+	cancels := make([]context.CancelFunc, len(hl))
 	for i, l := range hl {
-		stops[i] = l.OnLost(func(err error) { once.Do(func() { f(err) }) })
+		ctx, cancels[i] = l.Context(ctx)
 	}
-	return func() bool {
-		// A callback that was started runs f, or finds it run by another: f runs once.
-		never := true
-		for _, s := range stops {
-			never = s() && never
+	return ctx, func() {
+		for _, c := range cancels {
+			c()
 		}
-		return never
 	}
+}
+
+// isUnavailable reports whether err says too few Redis nodes answered.
+func isUnavailable(err error) bool {
+	_, ok := errors.AsType[*redlock.UnavailableError](err)
+	return ok
+}
+
+// isLost reports whether err says a lock is gone for good.
+func isLost(err error) bool {
+	_, ok := errors.AsType[*redlock.LostError](err)
+	return ok
 }

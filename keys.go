@@ -11,6 +11,7 @@ import (
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 
 	"github.com/caddy-redlock/caddy-redlock/keys"
+	"github.com/caddy-redlock/caddy-redlock/redlock"
 )
 
 // This file glues the keys package (templates, normalization, bounding) to Caddy's
@@ -28,8 +29,8 @@ const (
 )
 
 // maxKeys caps the keys one request may take together (several keys on a path or key
-// line): each is a Redlock of its own, taken one after the other.
-const maxKeys = 16
+// line): redlock.AcquireAll's bound.
+const maxKeys = redlock.MaxKeys
 
 // keyer renders lock keys for requests.
 type keyer struct {

@@ -78,9 +78,27 @@ var metrics = struct {
 	}, []string{"node", "op"}),
 }
 
-func init() {
-	hooks.lost = func(reason string) { metrics.lost.WithLabelValues(reason).Inc() }
-	hooks.observer = &observer{failing: map[string]bool{}}
+// nodeObserver is given to every redlock client (lockers.go).
+var nodeObserver = &observer{failing: map[string]bool{}}
+
+// Acquire outcomes, the result label of the acquire and wait histograms.
+const (
+	resultAcquired    = "acquired"
+	resultBusy        = "busy"
+	resultUnavailable = "unavailable"
+	resultBypassed    = "bypassed"
+	resultCancelled   = "cancelled"
+	resultError       = "error"
+)
+
+// countAcquire records an acquire outcome.
+func countAcquire(mode, result string, wait time.Duration) {
+	metrics.acquire.WithLabelValues(mode, result).Observe(wait.Seconds())
+}
+
+// countWaited records the outcome of a request that found its key taken.
+func countWaited(mode, result string, wait time.Duration) {
+	metrics.wait.WithLabelValues(mode, result).Observe(wait.Seconds())
 }
 
 // registerMetrics adds the collectors to a config's registry. Several modules of one
@@ -101,22 +119,11 @@ func registerMetrics(reg *prometheus.Registry) error {
 
 // inflightCounts counts this instance's requests holding (or draining) and awaiting a lock.
 func inflightCounts() (held, waiting int) {
-	requests.mu.Lock()
-	defer requests.mu.Unlock()
-	for e := range requests.m {
-		e.mu.Lock()
-		if e.state == stateWaiting {
-			waiting++
-		} else {
-			held++
-		}
-		e.mu.Unlock()
-	}
-	return held, waiting
+	return countRequests(nil, isHolding), countRequests(nil, isWaiting)
 }
 
 // observer receives the redlock clients' node calls and renewals (it is passed to every
-// client through hooks.observer). It must not block: it only counts, and logs a node's
+// client as nodeObserver). It must not block: it only counts, and logs a node's
 // transitions between answering and failing, once each, so a dead node does not flood
 // the log.
 type observer struct {
@@ -170,7 +177,7 @@ func (o *observer) Renewal(err error) {
 	switch {
 	case err == nil:
 		metrics.renewals.WithLabelValues("ok").Inc()
-	case errors.Is(err, redlock.ErrLost):
+	case isLost(err):
 		metrics.renewals.WithLabelValues("lost").Inc()
 	case errors.Is(err, redlock.ErrReleased):
 		// released while the renewal was in flight: not an outcome of the renewal

@@ -63,7 +63,7 @@ func (s *settings) modeFor(method string) string {
 
 // acquireOptions are the redlock options of a request in mode.
 func (s *settings) acquireOptions(mode string) redlock.AcquireOptions {
-	o := redlock.AcquireOptions{Wait: s.waitFor(), TTL: s.ttl, Fencing: s.fencing, Shared: mode == modeShared}
+	o := redlock.AcquireOptions{Wait: s.waitFor(), TTL: s.lock.TTL, Fencing: s.fencing, Shared: mode == modeShared}
 	if mode == modeLimit {
 		o.Limit = s.limit
 	}

@@ -5,13 +5,11 @@
 package caddyredlock
 
 import (
-	"crypto/tls"
 	"fmt"
 	"net"
 	"net/textproto"
 	"net/url"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
@@ -115,16 +113,12 @@ type Handler struct {
 	// unlocked, counted (caddy_redlock_dry_run_total) and logged.
 	DryRun bool `json:"dry_run,omitempty"`
 
-	s      *settings
-	keys   *keyer
-	locker *lockerLease
-	logger *zap.Logger
-	active *atomic.Int64 // requests of this handler that are waiting or holding
-	// releasing counts the releases of completed requests still running in the
-	// background (see finish); Cleanup waits for them when the process exits.
-	releasing *atomic.Int64
-	ns        namespace       // where the keys live (namespace.go)
-	cfgDone   <-chan struct{} // identifies the config this handler belongs to
+	s       *settings
+	keys    *keyer
+	locker  *lockerLease
+	logger  *zap.Logger
+	ns      namespace       // where the keys live (namespace.go)
+	cfgDone <-chan struct{} // identifies the config this handler belongs to
 }
 
 // PathKey is one `path <template> [<key>...]` line.
@@ -163,7 +157,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	if err != nil {
 		return fmt.Errorf("redlock: %w", err)
 	}
-	if s.tls, s.tlsKey, err = h.TLS.load(urls); err != nil {
+	if s.lock.TLSConfig, s.tlsKey, err = h.TLS.load(urls); err != nil {
 		return fmt.Errorf("redlock: %w", err)
 	}
 	lease, err := openLocker(urls, s)
@@ -176,15 +170,15 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		lease.drop()
 		return err
 	}
-	h.s, h.keys, h.locker, h.active, h.releasing = s, k, lease, new(atomic.Int64), new(atomic.Int64)
+	h.s, h.keys, h.locker = s, k, lease
 	h.ns, h.cfgDone = newNamespace(urls, s, h), ctx.Done()
 	h.goLive()
-	for _, w := range lease.shared.client.Warnings() {
+	for _, w := range lease.shared.client.Status().Warnings {
 		h.logger.Warn("redlock configuration", zap.String("warning", w), zap.String("locker", lease.shared.name))
 	}
-	if s.renew > s.ttl/2 {
+	if s.renew > s.lock.TTL/2 {
 		h.logger.Warn("redlock renew_interval is more than half the ttl: one slow renewal can lose the lock",
-			zap.Duration("renew_interval", s.renew), zap.Duration("ttl", s.ttl))
+			zap.Duration("renew_interval", s.renew), zap.Duration("ttl", s.lock.TTL))
 	}
 	return nil
 }
@@ -200,12 +194,12 @@ func (h *Handler) Cleanup() error {
 		h.leave()
 	}
 	if caddy.Exiting() && h.s != nil {
-		h.abortInflight(h.s.nodeTimeout + time.Second)
+		h.abortInflight(h.s.lock.NodeTimeout + time.Second)
 		// Releases of completed requests still on the way: let them reach Redis before
 		// the process exits (else the keys would stand for a ttl). Each is bounded by
 		// about two node timeouts: the round's late replies, then the release itself.
 		// (On a reload they simply finish: the process goes on.)
-		h.waitReleases(2*h.s.nodeTimeout + time.Second)
+		h.waitReleases(2*h.s.lock.NodeTimeout + time.Second)
 	}
 	if h.locker != nil {
 		h.locker.drop()
@@ -213,32 +207,16 @@ func (h *Handler) Cleanup() error {
 	return nil
 }
 
-// waitReleases waits for the background releases, at most timeout. Polling keeps it
-// free of helper goroutines, and new releases may still start while it waits.
-func (h *Handler) waitReleases(timeout time.Duration) {
-	deadline := time.Now().Add(timeout)
-	for h.releasing.Load() > 0 && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond)
-	}
-	if n := h.releasing.Load(); n > 0 {
-		h.logger.Warn("exiting with releases still on the way; those keys expire after their ttl", zap.Int64("releases", n))
-	}
-}
-
 // settings are the resolved options with defaults applied.
 type settings struct {
-	urls          []string
-	tls           *tls.Config // rediss:// nodes; nil: go-redis's default
-	tlsKey        string      // fingerprint of the tls block and its files (lockerKey)
-	prefix        string
-	ttl           time.Duration
-	maxTTL        time.Duration
+	urls   []string
+	tlsKey string // fingerprint of the tls block and its files (lockerKey)
+	// lock are the client's options, resolved by the redlock package (the one home of
+	// their defaults and ranges): prefix, ttl, max_ttl, node_timeout, drift_factor,
+	// retry_delay; TLSConfig is set at provision.
+	lock          redlock.Options
 	renew         time.Duration
 	wait          time.Duration
-	retryMin      time.Duration
-	retryMax      time.Duration
-	nodeTimeout   time.Duration
-	drift         float64
 	maxHold       time.Duration
 	busyStatus    int
 	fencing       bool
@@ -250,7 +228,7 @@ type settings struct {
 }
 
 // Defaults of the handler's own options; those of the lock itself (prefix, ttl,
-// node_timeout, drift_factor, retry_delay) are the redlock package's.
+// node_timeout, drift_factor, retry_delay) are the redlock package's (Options.Resolve).
 const (
 	defaultWait          = 5 * time.Second
 	defaultBusyStatus    = 423
@@ -260,98 +238,102 @@ const (
 // resolve applies defaults and checks every option, naming it in the error. It does not
 // touch the network, so the Caddyfile adapter runs it too.
 func (h *Handler) resolve() (*settings, error) {
-	s := &settings{
-		prefix: h.Prefix, ttl: time.Duration(h.TTL), maxTTL: time.Duration(h.MaxTTL), renew: time.Duration(h.RenewInterval),
-		wait: defaultWait, nodeTimeout: time.Duration(h.NodeTimeout), drift: h.DriftFactor,
-		maxHold: time.Duration(h.MaxHold), busyStatus: h.BusyStatus, fencing: h.Fencing,
-		fencingHeader: h.FencingHeader, dryRun: h.DryRun,
-	}
-	if len(h.Redis) == 0 {
-		return nil, fmt.Errorf("redis: at least one node URL is required")
-	}
-	for _, u := range h.Redis {
-		if err := checkNodeURL(u); err != nil {
-			return nil, fmt.Errorf("redis: %w", err)
-		}
-	}
-	s.urls = append([]string(nil), h.Redis...)
-	if err := h.TLS.check(); err != nil {
-		return nil, err
-	}
-	if s.prefix == "" {
-		s.prefix = redlock.DefaultPrefix
-	}
-	if strings.ContainsRune(s.prefix, 0) {
-		return nil, fmt.Errorf("prefix: must not contain a NUL byte")
-	}
-	if s.ttl == 0 {
-		s.ttl = redlock.DefaultTTL
-	}
-	if s.nodeTimeout == 0 {
-		s.nodeTimeout = redlock.DefaultNodeTimeout
-	}
-	if s.drift == 0 {
-		s.drift = redlock.DefaultDriftFactor
-	}
-	switch {
-	case s.ttl < 0:
-		return nil, fmt.Errorf("ttl: must be > 0, got %v", s.ttl)
-	case s.nodeTimeout < 0:
-		return nil, fmt.Errorf("node_timeout: must be > 0, got %v", s.nodeTimeout)
-	case s.nodeTimeout >= s.ttl:
-		return nil, fmt.Errorf("node_timeout (%v) must be smaller than ttl (%v)", s.nodeTimeout, s.ttl)
-	case s.drift < 0 || s.drift >= 0.5:
-		return nil, fmt.Errorf("drift_factor: must be > 0 and < 0.5, got %v", s.drift)
-	case time.Duration(float64(s.ttl)*s.drift)+2*time.Millisecond+s.nodeTimeout >= s.ttl:
-		return nil, fmt.Errorf("ttl (%v) leaves no validity after node_timeout and drift_factor", s.ttl)
-	}
-	if s.maxTTL == 0 {
-		s.maxTTL = s.ttl
-	}
-	if s.maxTTL < s.ttl {
-		return nil, fmt.Errorf("max_ttl (%v) must be at least ttl (%v): set it to the longest ttl used on these nodes, on every instance", s.maxTTL, s.ttl)
-	}
-	if s.renew == 0 {
-		s.renew = s.ttl / 3
-	}
-	if s.renew < 0 || s.renew >= s.ttl {
-		return nil, fmt.Errorf("renew_interval: must be > 0 and smaller than ttl (%v), got %v", s.ttl, s.renew)
-	}
+	s := &settings{renew: time.Duration(h.RenewInterval), wait: defaultWait, maxHold: time.Duration(h.MaxHold),
+		busyStatus: h.BusyStatus, fencing: h.Fencing, fencingHeader: h.FencingHeader, dryRun: h.DryRun}
 	if h.Wait != nil {
 		s.wait = time.Duration(*h.Wait)
 	}
-	if s.wait < 0 {
-		return nil, fmt.Errorf("wait: must be >= 0, got %v", s.wait)
-	}
-	if err := s.resolveRetry(h.RetryDelay); err != nil {
+	if err := h.resolveNodes(s); err != nil {
 		return nil, err
 	}
-	if s.maxHold < 0 {
-		return nil, fmt.Errorf("max_hold: must be >= 0 (0 = no cap), got %v", s.maxHold)
-	}
-	if s.busyStatus == 0 {
-		s.busyStatus = defaultBusyStatus
-	}
-	if s.busyStatus < 400 || s.busyStatus > 599 {
-		return nil, fmt.Errorf("busy_status: must be a 4xx or 5xx status code, got %d", s.busyStatus)
-	}
-	if err := s.resolveFencing(); err != nil {
+	var err error
+	if s.lock, err = h.lockOptions(); err != nil {
 		return nil, err
-	}
-	switch h.OnUnavailable {
-	case "", "fail":
-	case "bypass":
-		s.bypass = true
-	default:
-		return nil, fmt.Errorf(`on_unavailable: must be "fail" or "bypass", got %q`, h.OnUnavailable)
 	}
 	if _, err := h.newKeyer(); err != nil {
 		return nil, err
 	}
-	if err := s.resolveModes(h.Shared, h.Limit); err != nil {
-		return nil, err
+	for _, step := range []func() error{s.resolveTiming, s.resolveResponse, s.resolveFencing,
+		func() error { return s.resolveUnavailable(h.OnUnavailable) },
+		func() error { return s.resolveModes(h.Shared, h.Limit) }} {
+		if err := step(); err != nil {
+			return nil, err
+		}
 	}
 	return s, nil
+}
+
+// resolveNodes checks the node URLs' form and the tls block.
+func (h *Handler) resolveNodes(s *settings) error {
+	if len(h.Redis) == 0 {
+		return fmt.Errorf("redis: at least one node URL is required")
+	}
+	for _, u := range h.Redis {
+		if err := checkNodeURL(u); err != nil {
+			return fmt.Errorf("redis: %w", err)
+		}
+	}
+	s.urls = append([]string(nil), h.Redis...)
+	return h.TLS.check()
+}
+
+// lockOptions are the client's options, resolved (defaults applied, ranges checked) by
+// the redlock package.
+func (h *Handler) lockOptions() (redlock.Options, error) {
+	o := redlock.Options{Prefix: h.Prefix, TTL: time.Duration(h.TTL), MaxTTL: time.Duration(h.MaxTTL),
+		NodeTimeout: time.Duration(h.NodeTimeout), DriftFactor: h.DriftFactor}
+	switch rd := h.RetryDelay; len(rd) {
+	case 0:
+	case 1, 2:
+		o.RetryDelayMin, o.RetryDelayMax = time.Duration(rd[0]), time.Duration(rd[len(rd)-1])
+		// A zero max would read as "unset" and turn into the default.
+		if o.RetryDelayMax <= 0 {
+			return o, fmt.Errorf("retry_delay: max must be > 0, got %v", o.RetryDelayMax)
+		}
+	default:
+		return o, fmt.Errorf("retry_delay: want <min> [<max>], got %d values", len(rd))
+	}
+	return o.Resolve()
+}
+
+// resolveTiming checks the handler's own durations against the lock's.
+func (s *settings) resolveTiming() error {
+	ttl := s.lock.TTL
+	if s.renew == 0 {
+		s.renew = ttl / 3
+	}
+	switch {
+	case s.renew < 0 || s.renew >= ttl:
+		return fmt.Errorf("renew_interval: must be > 0 and smaller than ttl (%v), got %v", ttl, s.renew)
+	case s.wait < 0:
+		return fmt.Errorf("wait: must be >= 0, got %v", s.wait)
+	case s.maxHold < 0:
+		return fmt.Errorf("max_hold: must be >= 0 (0 = no cap), got %v", s.maxHold)
+	}
+	return nil
+}
+
+// resolveResponse checks the status of a request whose key stayed busy.
+func (s *settings) resolveResponse() error {
+	if s.busyStatus == 0 {
+		s.busyStatus = defaultBusyStatus
+	}
+	if s.busyStatus < 400 || s.busyStatus > 599 {
+		return fmt.Errorf("busy_status: must be a 4xx or 5xx status code, got %d", s.busyStatus)
+	}
+	return nil
+}
+
+// resolveUnavailable reads on_unavailable.
+func (s *settings) resolveUnavailable(v string) error {
+	switch v {
+	case "", "fail":
+	case "bypass":
+		s.bypass = true
+	default:
+		return fmt.Errorf(`on_unavailable: must be "fail" or "bypass", got %q`, v)
+	}
+	return nil
 }
 
 // newKeyer builds the handler's keyer.
@@ -361,25 +343,6 @@ func (h *Handler) newKeyer() (*keyer, error) {
 		return nil, fmt.Errorf("key: %w", err)
 	}
 	return newKeyer(h.Paths, fallback, h.CaseInsensitive)
-}
-
-func (s *settings) resolveRetry(rd []caddy.Duration) error {
-	switch len(rd) {
-	case 0:
-		s.retryMin, s.retryMax = redlock.DefaultRetryDelayMin, redlock.DefaultRetryDelayMax
-		return nil
-	case 1:
-		s.retryMin, s.retryMax = time.Duration(rd[0]), time.Duration(rd[0])
-	case 2:
-		s.retryMin, s.retryMax = time.Duration(rd[0]), time.Duration(rd[1])
-	default:
-		return fmt.Errorf("retry_delay: want <min> [<max>], got %d values", len(rd))
-	}
-	// A zero max would read as "unset" to the redlock package and turn into its default.
-	if s.retryMin < 0 || s.retryMax <= 0 || s.retryMax < s.retryMin {
-		return fmt.Errorf("retry_delay: must satisfy 0 <= min <= max and max > 0, got %v %v", s.retryMin, s.retryMax)
-	}
-	return nil
 }
 
 // forbiddenFencingHeaders would change how the request is framed or routed.

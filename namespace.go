@@ -35,7 +35,7 @@ func newNamespace(urls []string, s *settings, h *Handler) namespace {
 		keys.WriteString(p.Path + " " + p.Key + " " + strings.Join(p.Keys, " ") + "\n")
 	}
 	keys.WriteString(h.Key + " " + strings.Join(h.Keys, " "))
-	return namespace{nodes: strings.Join(sorted, "\n"), prefix: s.prefix, keys: keys.String(), caseInsensitive: h.CaseInsensitive,
+	return namespace{nodes: strings.Join(sorted, "\n"), prefix: s.lock.Prefix, keys: keys.String(), caseInsensitive: h.CaseInsensitive,
 		limit: s.limit}
 }
 
@@ -111,19 +111,4 @@ func (h *Handler) leave() {
 }
 
 // holdingRequests counts h's requests that hold or drain a lock.
-func (h *Handler) holdingRequests() int {
-	requests.mu.Lock()
-	defer requests.mu.Unlock()
-	n := 0
-	for e := range requests.m {
-		if e.owner != h {
-			continue
-		}
-		e.mu.Lock()
-		if e.state != stateWaiting {
-			n++
-		}
-		e.mu.Unlock()
-	}
-	return n
-}
+func (h *Handler) holdingRequests() int { return countRequests(h, isHolding) }

@@ -114,7 +114,7 @@ func TestQueuedRequestGetsTheLockBeforeTheResponseEnds(t *testing.T) {
 	go func() {
 		secondDone <- serve(func(http.ResponseWriter, *http.Request) error { close(secondIn); <-gate2; return nil })
 	}()
-	if !eventually(5*time.Second, func() bool { return client.Waiting()["/item/1"] == 1 }) {
+	if !eventually(5*time.Second, func() bool { return client.Status().Waiting["/item/1"] == 1 }) {
 		t.Fatal("second request never queued")
 	}
 	close(gate)
@@ -122,11 +122,11 @@ func TestQueuedRequestGetsTheLockBeforeTheResponseEnds(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Checked the moment the first ServeHTTP returned.
-	if n := h.releasing.Load(); n != 0 {
+	if n := countRequests(h, isReleasing); n != 0 {
 		t.Errorf("%d background releases after the first request: the lock should have been handed over inline", n)
 	}
-	if l := client.Holding("/item/1"); l == nil || !l.Handed() {
-		t.Errorf("when the first request returned, the key was not yet the second's (a handed lock: %v)", l != nil && l.Handed())
+	if held := client.Status().Held; len(held) != 1 || held[0].Info().Key != "/item/1" || !held[0].Info().Handed {
+		t.Errorf("when the first request returned, the key was not yet the second's (held: %d)", len(held))
 	}
 	<-secondIn
 	close(gate2)

@@ -88,7 +88,7 @@ func TestTLSLockers(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if s.tls, s.tlsKey, err = h.TLS.load(s.urls); err != nil {
+		if s.lock.TLSConfig, s.tlsKey, err = h.TLS.load(s.urls); err != nil {
 			t.Fatal(err)
 		}
 		l, err := openLocker(s.urls, s)
@@ -108,11 +108,11 @@ func TestTLSLockers(t *testing.T) {
 		t.Error("different TLS settings share a locker")
 	}
 	warned := false
-	for _, w := range c.shared.client.Warnings() {
+	for _, w := range c.shared.client.Status().Warnings {
 		warned = warned || strings.Contains(w, "TLS certificate verification is off")
 	}
 	if !warned {
-		t.Errorf("insecure_skip_verify not warned: %q", c.shared.client.Warnings())
+		t.Errorf("insecure_skip_verify not warned: %q", c.shared.client.Status().Warnings)
 	}
 }
 

@@ -45,8 +45,8 @@ func TestZZStressTwoClients(t *testing.T) {
 					overlaps.Add(1)
 					o := cur.Load()
 					t.Logf("overlap at %v: new client %d attempts %d validity %v token %d err %v acquiredAt %v; holder client %d attempts %d validity %v token %d err %v acquiredAt %v",
-						time.Now().Format("15:04:05.000000"), (w+i)%2, l.Attempts(), l.Validity(), l.Token(), l.Err(), l.AcquiredAt().Format("05.000000"),
-						curClient.Load(), o.Attempts(), o.Validity(), o.Token(), o.Err(), o.AcquiredAt().Format("05.000000"))
+						time.Now().Format("15:04:05.000000"), (w+i)%2, l.Info().Attempts, l.Info().Validity, l.Token(), l.Info().Err, l.Info().AcquiredAt.Format("05.000000"),
+						curClient.Load(), o.Info().Attempts, o.Info().Validity, o.Token(), o.Info().Err, o.Info().AcquiredAt.Format("05.000000"))
 				}
 				cur.Store(l)
 				curClient.Store(int32((w + i) % 2))

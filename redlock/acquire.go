@@ -14,54 +14,29 @@ import (
 
 // Acquire takes the lock on key, waiting up to o.Wait while it is busy. It returns:
 //   - a *Lock when a quorum granted it with validity left;
-//   - a *BusyError (errors.Is ErrBusy) when the wait ran out while someone else held it;
-//   - an *UnavailableError (errors.Is ErrUnavailable) when fewer than a quorum of nodes
+//   - a *BusyError when the wait ran out while someone else held it;
+//   - an *UnavailableError when fewer than a quorum of nodes
 //     answered at all in two rounds in a row (one retry rides out a blip; waiting longer
 //     does not make dead nodes come back, so this does not use up the wait);
 //   - ctx.Err() when ctx ended first. Nothing stays locked in any of the failure cases.
 func (c *Client) Acquire(ctx context.Context, key string, o AcquireOptions) (*Lock, error) {
-	if err := validateKey(key); err != nil {
+	ttl, err := c.checkAcquire(key, o)
+	if err != nil {
 		return nil, err
-	}
-	if c.closed.Load() {
-		return nil, ErrClosed
-	}
-	ttl := o.TTL
-	if ttl == 0 {
-		ttl = c.opt.TTL
-	}
-	if err := validateTTL(ttl, c.opt.DriftFactor); err != nil {
-		return nil, err
-	}
-	if ttl > c.opt.MaxTTL {
-		// The restart quarantine covers locks up to MaxTTL only (voting.go).
-		return nil, fmt.Errorf("redlock: ttl %v is above the client's max_ttl %v", ttl, c.opt.MaxTTL)
-	}
-	if o.Wait < 0 {
-		return nil, fmt.Errorf("redlock: wait must be >= 0, got %v", o.Wait)
-	}
-	if o.Limit < 0 || o.Limit > MaxLimit {
-		return nil, fmt.Errorf("redlock: limit must be 0 to %d, got %d", MaxLimit, o.Limit)
-	}
-	if o.Limit > 1 && o.Shared {
-		return nil, errors.New("redlock: a lock cannot be both shared and limited")
 	}
 	start := time.Now()
 	waitCtx, cancel := context.WithDeadline(ctx, start.Add(o.Wait))
 	defer cancel()
-
-	busy := func(attempts int, retryAfter time.Duration) error {
-		return &BusyError{Key: key, Attempts: attempts, Waited: time.Since(start), RetryAfter: retryAfter}
-	}
-	slots := []names{c.names(key)}
-	slots[0].shared = o.Shared
+	k := &contention{c: c, ctx: ctx, waitCtx: waitCtx, key: key, ttl: ttl, fencing: o.Fencing, start: start,
+		slots: []names{c.names(key)}}
+	k.slots[0].shared = o.Shared
 	if o.Limit > 1 {
-		slots = c.slotNames(key, o.Limit)
+		k.slots = c.slotNames(key, o.Limit)
 	}
 	// Local line first: only one waiter per key per process contends in Redis. The
 	// previous holder may hand its lock over with the turn (handoff.go). Readers skip it:
 	// they do not exclude each other, and one reader's turn would hold up the next.
-	var q *keyQueue
+	queued := false // behind an earlier caller of this client
 	if o.Shared {
 		// A reader of this client holding the key may share its entry (readgroup.go).
 		if l := c.joinReader(key, ttl, o.Fencing, start, c.queues.forceNow(key)); l != nil {
@@ -69,125 +44,188 @@ func (c *Client) Acquire(ctx context.Context, key string, o AcquireOptions) (*Lo
 		}
 	} else {
 		var handed *Lock
-		var err error
-		q, handed, err = c.queues.turn(waitCtx, key, waiter{ttl: ttl, fencing: o.Fencing, since: start})
+		k.q, handed, queued, err = c.queues.turn(waitCtx, key, waiter{ttl: ttl, fencing: o.Fencing, since: start})
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil, ctx.Err()
 			}
-			return nil, busy(0, 0)
+			return nil, k.busy(0, 0)
 		}
 		if handed != nil {
 			return handed, nil
 		}
 	}
-	l, err := c.contend(ctx, waitCtx, q, slots, key, ttl, o.Fencing, start, busy)
+	l, err := k.run()
+	if err == nil && queued {
+		l.mu.Lock()
+		l.waited = true
+		l.mu.Unlock()
+	}
 	if err == nil && o.Shared {
 		c.readers.open(l)
 	}
-	if q != nil && (err != nil || len(slots) > 1) {
+	if k.q != nil && (err != nil || len(k.slots) > 1) {
 		// A limited key's holder does not keep the line: the next local waiter tries
 		// the other places at once (limit.go).
-		c.queues.done(q, false)
+		c.queues.done(k.q, false)
 	}
 	return l, err
 }
 
-// contend is the head-of-line loop: try, and while busy wait for a release notice or a
-// jittered delay, until the wait runs out.
-//
-// q is nil for a reader (no local line): it then watches the key's notices on its own.
-// slots are where the lock may be taken: one, or a limited key's places (limit.go).
-func (c *Client) contend(ctx, waitCtx context.Context, q *keyQueue, slots []names, key string, ttl time.Duration, fencing bool,
-	start time.Time, busy func(int, time.Duration) error) (*Lock, error) {
-	nm := slots[0]             // the key's notices: every place of a limited key shares its channel
-	owner := rand.Text() + ":" // 130 random bits: values must be unguessable (they allow release)
-	var w *watch
-	watchNotices := func() *watch {
-		if q != nil {
-			return c.queues.ensureWatch(q, c.notices, nm.channel)
-		}
-		return c.notices.watch(nm.channel)
+// checkAcquire checks an acquire's key and options and returns the lock's ttl.
+func (c *Client) checkAcquire(key string, o AcquireOptions) (time.Duration, error) {
+	if err := validateKey(key); err != nil {
+		return 0, err
 	}
-	if q == nil {
+	if c.closed.Load() {
+		return 0, ErrClosed
+	}
+	ttl := o.TTL
+	if ttl == 0 {
+		ttl = c.opt.TTL
+	}
+	switch err := validateTTL(ttl, c.opt.DriftFactor); {
+	case err != nil:
+		return 0, err
+	case ttl > c.opt.MaxTTL:
+		// The restart quarantine covers locks up to MaxTTL only (voting.go).
+		return 0, fmt.Errorf("redlock: ttl %v is above the client's max_ttl %v", ttl, c.opt.MaxTTL)
+	case o.Wait < 0:
+		return 0, fmt.Errorf("redlock: wait must be >= 0, got %v", o.Wait)
+	case o.Limit < 0 || o.Limit > MaxLimit:
+		return 0, fmt.Errorf("redlock: limit must be 0 to %d, got %d", MaxLimit, o.Limit)
+	case o.Limit > 1 && o.Shared:
+		return 0, errors.New("redlock: a lock cannot be both shared and limited")
+	}
+	return ttl, nil
+}
+
+// contention is one Acquire call's contest for its key in Redis, once it is the head of
+// the key's local line (or a reader, which has none).
+type contention struct {
+	c       *Client
+	ctx     context.Context // the caller's
+	waitCtx context.Context // ctx, ending when the wait runs out
+	q       *keyQueue       // the key's local line; nil for a reader
+	slots   []names         // where the lock may be taken: one, or a limited key's places (limit.go)
+	key     string
+	owner   string // the random prefix of every value this call writes
+	ttl     time.Duration
+	fencing bool
+	start   time.Time
+	w       *watch // the key's release notices, once watched
+}
+
+func (k *contention) busy(attempts int, retryAfter time.Duration) error {
+	return &BusyError{Key: k.key, Attempts: attempts, Waited: time.Since(k.start), RetryAfter: retryAfter}
+}
+
+// watch starts watching the key's release notices (every place of a limited key shares
+// the channel), through the local line's shared watch when there is one.
+func (k *contention) watch() {
+	if k.q != nil {
+		k.w = k.c.queues.ensureWatch(k.q, k.c.notices, k.slots[0].channel)
+	} else {
+		k.w = k.c.notices.watch(k.slots[0].channel)
+	}
+	k.c.waitSubscribed(k.waitCtx, k.w) // or a release could slip past unnoticed
+}
+
+// run is the head-of-line loop: try, and while busy wait for a release notice or a
+// jittered delay, until the wait runs out.
+func (k *contention) run() (*Lock, error) {
+	c := k.c
+	k.owner = rand.Text() + ":" // 130 random bits: values must be unguessable (they allow release)
+	if k.q == nil {
 		defer func() {
-			if w != nil {
-				w.unwatch()
+			if k.w != nil {
+				k.w.unwatch()
 			}
 		}()
 	}
-	if q != nil && c.queues.takeYield(q) {
+	if k.q != nil && c.queues.takeYield(k.q) {
 		// Our release just reached other clients' waiters: give them the first go, so
 		// that instances take turns. Bounded: if none of them takes the key, we try.
-		w = watchNotices()
-		c.waitSubscribed(waitCtx, w) // or their release could slip past unnoticed
-		c.yieldTo(waitCtx, w)
+		k.watch()
+		c.yieldTo(k.waitCtx, k.w)
 	}
 	unavailable := 0
 	for attempt := 1; ; attempt++ {
 		if c.closed.Load() {
 			return nil, ErrClosed
 		}
-		// A first try with a wait ahead can be a plain SET NX PX (see tryOnce). Its busy
-		// replies carry no PTTL: were the wait to run out during that very try, the
-		// BusyError's RetryAfter is 0 (Retry-After: 1); with wait 0 the script runs.
-		plain := attempt == 1 && !fencing && !nm.shared && waitCtx.Err() == nil
-		forces := c.queues.forceNow(key)
-		mark := c.writerMarkTTL()
-		if waitCtx.Err() != nil {
-			mark = 0 // no try after this one: do not hold readers back
-		}
-		got, res := c.trySlots(ctx, slots, try{owner: owner, n: attempt, ttl: ttl, fencing: fencing, plain: plain, mark: mark})
-		if res.validity > 0 {
-			lq := q
-			if len(slots) > 1 {
-				lq = nil // a place of a limited key: no line kept, no handoff
-			}
-			l := c.newLock(got, key, owner+strconv.Itoa(attempt), ttl, fencing, start, attempt, lq, res)
-			// A force release of this key that began since this round did may have found
-			// no holder registered (ForceRelease marks the holder lost) and deleted our
-			// SETs: the lock cannot be trusted. Give it up and, while the wait lasts, try
-			// again (the key was just freed).
-			if !c.queues.forcedSince(key, forces) {
-				return l, nil
-			}
-			c.abandon(l)
-			if waitCtx.Err() != nil {
-				return nil, busy(attempt, 0)
-			}
+		l, res, retry := k.try(attempt)
+		switch {
+		case l != nil:
+			return l, nil
+		case retry:
 			continue
-		}
-		if res.unavailable != nil {
+		case res.unavailable != nil:
 			// One more round after a delay rides out a blip (a reconnect, a slow moment);
 			// a second one in a row means the nodes are down: say so now rather than wait.
 			unavailable++
-			if unavailable > 1 || waitCtx.Err() != nil {
-				res.unavailable.Key = key
+			if unavailable > 1 || k.waitCtx.Err() != nil {
+				res.unavailable.Key = k.key
 				return nil, res.unavailable
 			}
-			sleep(waitCtx, c.retryDelay(), nil)
+			sleep(k.waitCtx, c.retryDelay(), nil)
 			continue
 		}
 		unavailable = 0
-		if ctx.Err() != nil {
-			return nil, ctx.Err()
-		}
-		if waitCtx.Err() != nil {
-			return nil, busy(attempt, res.minPTTL)
-		}
-		if w == nil {
+		switch {
+		case k.ctx.Err() != nil:
+			return nil, k.ctx.Err()
+		case k.waitCtx.Err() != nil:
+			return nil, k.busy(attempt, res.minPTTL)
+		case k.w == nil:
 			// Subscribe before the next try, and make sure enough nodes confirmed, so a
 			// release between that try and our sleep cannot go unnoticed.
-			w = watchNotices()
-			c.waitSubscribed(waitCtx, w)
+			k.watch()
 			continue
 		}
 		delay := c.retryDelay()
 		if res.minPTTL > 0 && res.minPTTL < delay {
 			delay = res.minPTTL // the holder's key expires sooner than our next try
 		}
-		sleep(waitCtx, delay, w.C) // or until a release notice
+		sleep(k.waitCtx, delay, k.w.C) // or until a release notice
 	}
+}
+
+// try is one round on the key's places. It returns the lock when the round took it, or
+// retry when a lock it took had to be given up (a force release began meanwhile) and the
+// wait allows another round at once; else the round's result says why not.
+func (k *contention) try(attempt int) (l *Lock, res attemptResult, retry bool) {
+	c := k.c
+	// A first try with a wait ahead can be a plain SET NX PX (see tryOnce). Its busy
+	// replies carry no PTTL: were the wait to run out during that very try, the
+	// BusyError's RetryAfter is 0 (Retry-After: 1); with wait 0 the script runs.
+	plain := attempt == 1 && !k.fencing && !k.slots[0].shared && k.waitCtx.Err() == nil
+	forces := c.queues.forceNow(k.key)
+	mark := c.writerMarkTTL()
+	if k.waitCtx.Err() != nil {
+		mark = 0 // no try after this one: do not hold readers back
+	}
+	got, res := c.trySlots(k.ctx, k.slots, try{owner: k.owner, n: attempt, ttl: k.ttl, fencing: k.fencing, plain: plain, mark: mark})
+	if res.validity <= 0 {
+		return nil, res, false
+	}
+	lq := k.q
+	if len(k.slots) > 1 {
+		lq = nil // a place of a limited key: no line kept, no handoff
+	}
+	l = c.newLock(got, k.key, k.owner+strconv.Itoa(attempt), k.ttl, k.fencing, k.start, attempt, lq, res)
+	// A force release of this key that began since this round did may have found no
+	// holder registered (ForceRelease marks the holder lost) and deleted our SETs: the
+	// lock cannot be trusted. Give it up and, while the wait lasts, try again (the key
+	// was just freed).
+	if !c.queues.forcedSince(k.key, forces) {
+		return l, res, false
+	}
+	c.abandon(l)
+	if k.waitCtx.Err() != nil {
+		return nil, attemptResult{}, false // busy: the wait is over
+	}
+	return nil, res, true
 }
 
 // sleep waits d, or until ctx ends or wake (if not nil) fires.
@@ -205,7 +243,7 @@ func sleep(ctx context.Context, d time.Duration, wake <-chan struct{}) {
 func (c *Client) newLock(nm names, key, value string, ttl time.Duration, fencing bool, start time.Time,
 	attempt int, q *keyQueue, res attemptResult) *Lock {
 	l := &Lock{c: c, nm: nm, key: key, value: value, ttl: ttl, token: res.token, fencing: fencing,
-		acquiredAt: start, attempts: attempt, q: q, settled: res.settled}
+		acquiredAt: start, attempts: attempt, waited: attempt > 1, q: q, settled: res.settled}
 	if fencing {
 		l.tokenMax = res.token + res.reserve
 	}
@@ -308,7 +346,7 @@ type tally struct {
 	reserved bool  // every vote kept the handoff reserve
 	nbusy    int
 	heldBack int // young grants that do not count: answers, but no votes
-	errs     []NodeError
+	errs     []error
 	answered []bool // a definitive "busy": our value is not on that node
 	minPTTL  time.Duration
 }
@@ -352,7 +390,7 @@ func (c *Client) tryOnce(ctx context.Context, nm names, a try) attemptResult {
 		if validity > 0 && a.fencing {
 			reserve, err := c.fence(ctx, nm, value, t)
 			if err != nil {
-				t.errs = append(t.errs, NodeError{Node: "commit", Err: err})
+				t.errs = append(t.errs, nodeError{node: "commit", err: err})
 				validity = 0
 			} else {
 				res.reserve = reserve
@@ -422,7 +460,7 @@ func (c *Client) tallyRound(replies []nodeReply) tally {
 	}
 	for i, nd := range c.nodes {
 		if !replied[i] && nd.silent.Load() {
-			t.errs = append(t.errs, NodeError{Node: nd.addr, Err: silentErr{nd.status().LastError}})
+			t.errs = append(t.errs, nodeError{node: nd.addr, err: silentErr{nd.status().LastError}})
 		}
 	}
 	for _, r := range replies {
@@ -444,7 +482,7 @@ func (c *Client) tallyRound(replies []nodeReply) tally {
 				t.minPTTL = r.pttl
 			}
 		default:
-			t.errs = append(t.errs, NodeError{Node: c.nodes[r.idx].addr, Err: r.err})
+			t.errs = append(t.errs, nodeError{node: c.nodes[r.idx].addr, err: r.err})
 		}
 	}
 	return t
@@ -538,10 +576,10 @@ func setReply(cmd *redis.Cmd) nodeReply {
 // there (doc.go explains why this makes later tokens larger).
 func (c *Client) commitToken(ctx context.Context, nm names, value string, token int64) error {
 	argv := []any{value, token, fencingCounterTTL.Milliseconds(), boolArg(nm.shared)}
-	ok, _, errs := c.onAll(ctx, "commit", nil, func(cctx context.Context, nd *node) (bool, error) {
+	ok, _, errs := c.onAll(ctx, "commit", c.quorum, func(cctx context.Context, _ int, nd *node) (bool, error) {
 		r, err := commitScript.Run(cctx, nd.client, []string{nm.lock, nm.counter, nm.readers}, argv...).Int64()
 		return r == 1, err
-	}, c.quorum)
+	})
 	if ok < c.quorum {
 		return fmt.Errorf("fencing token committed on %d of %d nodes, need %d: %w", ok, len(c.nodes), c.quorum, errors.Join(errs...))
 	}

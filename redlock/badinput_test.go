@@ -21,10 +21,12 @@ func TestBadInput(t *testing.T) {
 		{"bad scheme", []string{"http://x:1"}, Options{}, "node URL"},
 		{"no port", []string{"localhost"}, Options{}, "want host:port"},
 		{"empty url", []string{""}, Options{}, "empty node URL"},
-		{"negative ttl", good, Options{TTL: -time.Second}, "ttl must be > 0"},
+		{"negative ttl", good, Options{TTL: -time.Second}, "ttl: must be > 0"},
 		{"timeout over ttl", good, Options{TTL: time.Second, NodeTimeout: 2 * time.Second}, "node_timeout"},
 		{"drift", good, Options{DriftFactor: 0.7}, "drift_factor"},
 		{"retry order", good, Options{RetryDelayMin: time.Second, RetryDelayMax: time.Millisecond}, "retry_delay"},
+		{"no validity left", good, Options{TTL: 100 * time.Millisecond, NodeTimeout: 99 * time.Millisecond}, "leaves no validity"},
+		{"prefix with NUL", good, Options{Prefix: "a\x00b"}, "prefix"},
 		{"password hidden", []string{"redis://u:secret@:bad:port"}, Options{}, "node URL"},
 	}
 	for _, tc := range cases {
@@ -62,7 +64,7 @@ func TestBadInput(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := l.KeepAlive(c.TTL(), 0); err == nil || !strings.Contains(err.Error(), "renew interval") {
+	if err := l.KeepAlive(c.opt.TTL, 0); err == nil || !strings.Contains(err.Error(), "renew interval") {
 		t.Fatalf("renew interval >= ttl: %v", err)
 	}
 	if err := l.Release(ctx); err != nil {
@@ -84,7 +86,7 @@ func TestWarnings(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	w := strings.Join(c.Warnings(), "\n")
+	w := strings.Join(c.Status().Warnings, "\n")
 	if !strings.Contains(w, "more than once") || !strings.Contains(w, "even count") {
 		t.Fatalf("warnings = %q", w)
 	}

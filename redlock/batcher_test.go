@@ -76,8 +76,8 @@ func TestBatcherRecoversFromScriptFlush(t *testing.T) {
 		if err != nil {
 			t.Fatalf("round %d: acquire after SCRIPT FLUSH: %v", round, err)
 		}
-		if l.Attempts() != 1 {
-			t.Fatalf("round %d: %d attempts, want 1 (NOSCRIPT must be handled inside the round)", round, l.Attempts())
+		if l.Info().Attempts != 1 {
+			t.Fatalf("round %d: %d attempts, want 1 (NOSCRIPT must be handled inside the round)", round, l.Info().Attempts)
 		}
 		if err := l.Release(ctx); err != nil {
 			t.Fatalf("round %d: release: %v", round, err)

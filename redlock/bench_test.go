@@ -115,7 +115,7 @@ func benchHotKey(b *testing.B, servers []*redistest.Server, clients, workers int
 						b.Error(err)
 						return
 					}
-					attempts.Add(int64(l.Attempts()))
+					attempts.Add(int64(l.Info().Attempts))
 					holds.Add(1)
 					_ = l.Release(ctx)
 				}

@@ -14,7 +14,7 @@ func rawSet(t testing.TB, s *redistest.Server, key, value string, ttl time.Durat
 	t.Helper()
 	rc := redis.NewClient(&redis.Options{Addr: s.Addr()})
 	defer rc.Close()
-	if err := rc.Set(context.Background(), DefaultPrefix+key, value, ttl).Err(); err != nil {
+	if err := rc.Set(context.Background(), defaultPrefix+key, value, ttl).Err(); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -46,8 +46,8 @@ func wantNoSecondHolder(t *testing.T, b *Client, la *Lock) {
 	ctx := context.Background()
 	if lb, err := b.Acquire(ctx, "shared", AcquireOptions{Wait: 2 * time.Second}); err == nil {
 		defer lb.Release(ctx)
-		if la.Validity() > 0 {
-			t.Fatalf("B acquired while A's lock is valid for %v more: two holders", la.Validity())
+		if la.validity() > 0 {
+			t.Fatalf("B acquired while A's lock is valid for %v more: two holders", la.validity())
 		}
 	}
 }
@@ -72,7 +72,7 @@ func TestQuarantineCoversOtherClientsTTL(t *testing.T) {
 	}
 
 	la := holdThenRestartNode0(t, a, servers)
-	eventually(t, "B sees node 0 restart", func() bool { return !b.Nodes()[0].QuarantinedUntil.IsZero() })
+	eventually(t, "B sees node 0 restart", func() bool { return !b.Status().Nodes[0].QuarantinedUntil.IsZero() })
 	// Tries for 2s, well past the stray's expiry and B's own ttl.
 	wantNoSecondHolder(t, b, la)
 	if b.bound() != optA.TTL {
@@ -140,7 +140,7 @@ func TestBoundReadingsAreSane(t *testing.T) {
 			ctx := context.Background()
 			for _, s := range servers {
 				rc := redis.NewClient(&redis.Options{Addr: s.Addr()})
-				if err := rc.Set(ctx, DefaultPrefix+boundName, tc.stored, tc.expiry).Err(); err != nil {
+				if err := rc.Set(ctx, defaultPrefix+boundName, tc.stored, tc.expiry).Err(); err != nil {
 					t.Fatal(err)
 				}
 				rc.Close()
@@ -164,15 +164,15 @@ func TestBoundReadingsAreSane(t *testing.T) {
 			}
 			defer la.Release(ctx)
 			rc := redis.NewClient(&redis.Options{Addr: servers[2].Addr()})
-			rc.Del(ctx, DefaultPrefix+"bounded")
+			rc.Del(ctx, defaultPrefix+"bounded")
 			rc.Close()
 			if err := servers[0].Restart(); err != nil {
 				t.Fatal(err)
 			}
 			if lb, err := b.Acquire(ctx, "bounded", AcquireOptions{Wait: time.Second}); err == nil {
 				defer lb.Release(ctx)
-				if la.Validity() > 0 {
-					t.Fatalf("two holders: A valid for %v more, B acquired after node 0 restarted", la.Validity())
+				if la.validity() > 0 {
+					t.Fatalf("two holders: A valid for %v more, B acquired after node 0 restarted", la.validity())
 				}
 			}
 		})

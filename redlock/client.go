@@ -9,7 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"go.uber.org/zap"
+	"log/slog"
 )
 
 // Client takes Redlocks on N independent Redis masters. It is safe for concurrent use;
@@ -54,10 +54,10 @@ func New(urls []string, opt Options) (*Client, error) {
 	if len(urls) == 0 {
 		return nil, errors.New("redlock: at least one node URL is required")
 	}
-	if err := opt.Validate(); err != nil {
-		return nil, err
+	opt, err := opt.Resolve()
+	if err != nil {
+		return nil, fmt.Errorf("redlock: %w", err)
 	}
-	opt = opt.withDefaults()
 	c := &Client{id: rand.Text(), opt: opt, quorum: len(urls)/2 + 1, held: map[string][]*Lock{}}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	seen := map[string]bool{}
@@ -93,25 +93,6 @@ func New(urls []string, opt Options) (*Client, error) {
 		}
 	}
 	return c, nil
-}
-
-// Warnings lists configuration problems found by New (even node count, duplicates).
-// Nodes that turn out to be one server under several addresses are logged once found.
-func (c *Client) Warnings() []string { return append([]string(nil), c.warnings...) }
-
-// Quorum is the number of nodes a lock needs: N/2+1.
-func (c *Client) Quorum() int { return c.quorum }
-
-// TTL is the default lock ttl.
-func (c *Client) TTL() time.Duration { return c.opt.TTL }
-
-// Nodes returns the health of every node.
-func (c *Client) Nodes() []NodeStatus {
-	out := make([]NodeStatus, len(c.nodes))
-	for i, n := range c.nodes {
-		out[i] = n.status()
-	}
-	return out
 }
 
 // Close refuses new acquires (ErrClosed) at once. Locks still held keep the client alive:
@@ -213,7 +194,7 @@ func (c *Client) warnSameServer() {
 		if other, dup := byID[s.RunID]; dup && other != s.Address {
 			if c.sameServerWarned.CompareAndSwap(false, true) {
 				c.opt.Logger.Warn("two node addresses are the same Redis server; its votes count twice, which defeats the quorum",
-					zap.String("node", other), zap.String("same_as", s.Address))
+					slog.String("node", other), slog.String("same_as", s.Address))
 			}
 			return
 		}

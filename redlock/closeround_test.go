@@ -23,7 +23,7 @@ func TestCloseDuringFailedRoundGivesBack(t *testing.T) {
 	// Someone else holds the key on node 0 only.
 	rc := redis.NewClient(&redis.Options{Addr: servers[0].Addr()})
 	defer rc.Close()
-	if err := rc.Set(ctx, DefaultPrefix+"closing", "other", 10*time.Second).Err(); err != nil {
+	if err := rc.Set(ctx, defaultPrefix+"closing", "other", 10*time.Second).Err(); err != nil {
 		t.Fatal(err)
 	}
 	if err := servers[1].Pause(); err != nil {
@@ -43,7 +43,7 @@ func TestCloseDuringFailedRoundGivesBack(t *testing.T) {
 	if v, ok := rawGet(t, servers[2], "closing"); ok {
 		r2 := redis.NewClient(&redis.Options{Addr: servers[2].Addr()})
 		defer r2.Close()
-		pttl, _ := r2.PTTL(ctx, DefaultPrefix+"closing").Result()
+		pttl, _ := r2.PTTL(ctx, defaultPrefix+"closing").Result()
 		t.Fatalf("after a failed Acquire and Close, node 2 still holds the round's value (len %d) for %v more", len(v), pttl)
 	}
 }

@@ -3,13 +3,14 @@ package redlock
 import (
 	"context"
 	"crypto/tls"
-	"errors"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/caddy-redlock/caddy-redlock/internal/redistest"
 	"go.uber.org/zap"
+	"go.uber.org/zap/exp/zapslog"
 	"go.uber.org/zap/zaptest/observer"
 )
 
@@ -20,7 +21,7 @@ import (
 func misconfigured(t *testing.T, urls []string, opt Options, acquire AcquireOptions, want, wantNode string) {
 	t.Helper()
 	core, logs := observer.New(zap.WarnLevel)
-	opt.Logger = zap.New(core)
+	opt.Logger = slog.New(zapslog.NewHandler(core))
 	c, err := New(urls, opt)
 	if err != nil {
 		t.Fatalf("New: %v", err)
@@ -29,7 +30,7 @@ func misconfigured(t *testing.T, urls []string, opt Options, acquire AcquireOpti
 	acquire.Wait = 5 * time.Second
 	start := time.Now()
 	_, err = c.Acquire(context.Background(), "k", acquire)
-	if !errors.Is(err, ErrUnavailable) || !strings.Contains(err.Error(), want) {
+	if !isUnavailable(err) || !strings.Contains(err.Error(), want) {
 		t.Fatalf("Acquire error = %v, want unavailable with %q", err, want)
 	}
 	if d := time.Since(start); d > 2*time.Second {
@@ -40,7 +41,7 @@ func misconfigured(t *testing.T, urls []string, opt Options, acquire AcquireOpti
 	}
 	want = wantNode
 	eventually(t, "last_error and log on every node", func() bool {
-		for _, s := range c.Nodes() {
+		for _, s := range c.Status().Nodes {
 			if s.Up || !strings.Contains(s.LastError, want) {
 				return false
 			}
@@ -134,7 +135,7 @@ func TestACLProbe(t *testing.T) {
 			servers := aclServers(t, 3, args)
 			core, logs := observer.New(zap.WarnLevel)
 			opt := fastOptions()
-			opt.Logger = zap.New(core)
+			opt.Logger = slog.New(zapslog.NewHandler(core))
 			c, err := New(userURLs(servers, "locker", "pw"), opt)
 			if err != nil {
 				t.Fatal(err)
@@ -142,11 +143,11 @@ func TestACLProbe(t *testing.T) {
 			defer c.Close()
 			defer func() {
 				if t.Failed() {
-					t.Logf("nodes: %+v", c.Nodes())
+					t.Logf("nodes: %+v", c.Status().Nodes)
 				}
 			}()
 			eventually(t, "probe error on every node and logged", func() bool {
-				for _, s := range c.Nodes() {
+				for _, s := range c.Status().Nodes {
 					if s.Up || !strings.Contains(s.LastError, tc.want) {
 						return false
 					}
@@ -168,7 +169,7 @@ func TestACLProbeRecovers(t *testing.T) {
 	servers := aclServers(t, 1, args)
 	core, logs := observer.New(zap.InfoLevel)
 	opt := fastOptions()
-	opt.Logger = zap.New(core)
+	opt.Logger = slog.New(zapslog.NewHandler(core))
 	c, err := New(userURLs(servers, "locker", "pw"), opt)
 	if err != nil {
 		t.Fatal(err)
@@ -179,7 +180,7 @@ func TestACLProbeRecovers(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually(t, "usable again", func() bool {
-		return c.Nodes()[0].Up && logs.FilterMessage("redis node usable again").Len() == 1
+		return c.Status().Nodes[0].Up && logs.FilterMessage("redis node usable again").Len() == 1
 	})
 }
 

@@ -65,8 +65,8 @@ func exerciseFeatures(t *testing.T, urls []string, opt Options) {
 		t.Fatalf("the waiter got the key while it was held and renewed: %v", err)
 	default:
 	}
-	if l.Err() != nil {
-		t.Fatalf("lock lost while renewed: %v", l.Err())
+	if l.err() != nil {
+		t.Fatalf("lock lost while renewed: %v", l.err())
 	}
 	released := time.Now()
 	if err := l.Release(ctx); err != nil {
@@ -96,7 +96,7 @@ func exerciseFeatures(t *testing.T, urls []string, opt Options) {
 		t.Fatalf("ForceRelease = %d, %v", n, err)
 	}
 	exerciseShared(t, a, b)
-	for _, s := range a.Nodes() {
+	for _, s := range a.Status().Nodes {
 		if !s.Up || s.RunID == "" {
 			t.Errorf("node %s: %+v", s.Address, s)
 		}
@@ -118,7 +118,7 @@ func exerciseShared(t *testing.T, a, b *Client) {
 	if err != nil {
 		t.Fatalf("second reader: %v", err)
 	}
-	if _, err := r1.Extend(ctx); err != nil {
+	if _, err := r1.extend(ctx); err != nil {
 		t.Fatalf("reader Extend: %v", err)
 	}
 	if st, err := a.Inspect(ctx, "doc"); err != nil || !st.QuorumHeld || st.Nodes[0].Readers == 0 {
@@ -140,7 +140,7 @@ func exerciseShared(t *testing.T, a, b *Client) {
 		if err == nil {
 			_ = l.Release(ctx)
 		}
-		return errors.Is(err, ErrBusy)
+		return isBusy(err)
 	})
 	_ = r1.Release(ctx)
 	released := time.Now()
@@ -189,7 +189,7 @@ func waitUsable(t *testing.T, c *Client) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	t.Fatalf("nodes not usable: %+v", c.Nodes())
+	t.Fatalf("nodes not usable: %+v", c.Status().Nodes)
 }
 
 func TestTLSNodes(t *testing.T) {
@@ -233,7 +233,7 @@ func TestUnixSocketNodes(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer a.Close()
-	if addr := a.Nodes()[0].Address; addr != urls[0] {
+	if addr := a.Status().Nodes[0].Address; addr != urls[0] {
 		t.Errorf("address = %q, want %q", addr, urls[0])
 	}
 }
@@ -319,7 +319,7 @@ func TestREADMEACLUser(t *testing.T) {
 		if err != nil {
 			t.Fatalf("Acquire %d after SCRIPT FLUSH: %v", i, err)
 		}
-		if _, err := l.Extend(context.Background()); err != nil {
+		if _, err := l.extend(context.Background()); err != nil {
 			t.Fatalf("Extend after SCRIPT FLUSH: %v", err)
 		}
 		if err := l.Release(context.Background()); err != nil {
@@ -373,7 +373,7 @@ func TestTLSWarnings(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if w := strings.Join(c.Warnings(), "\n"); !strings.Contains(w, tc.want) {
+		if w := strings.Join(c.Status().Warnings, "\n"); !strings.Contains(w, tc.want) {
 			t.Errorf("%s: warnings %q, want %q", tc.url, w, tc.want)
 		}
 		_ = c.Close()

@@ -4,10 +4,12 @@
 //
 //	c, err := redlock.New([]string{"redis://10.0.0.1:6379", "redis://10.0.0.2:6379", "redis://10.0.0.3:6379"}, redlock.Options{})
 //	l, err := c.Acquire(ctx, "account:42", redlock.AcquireOptions{Wait: 5 * time.Second, Fencing: true})
-//	if err != nil { ... errors.Is(err, redlock.ErrBusy) / redlock.ErrUnavailable / ctx.Err() ... }
+//	if err != nil { ... a *redlock.BusyError, *redlock.UnavailableError or ctx.Err() ... }
 //	defer l.Release(ctx)
-//	l.KeepAlive(c.TTL()/3, time.Minute) // renew while working; l.Lost() closes if that fails
-//	select { case <-l.Lost(): /* stop working: the lock is gone */ ; case <-work(l.Token()): }
+//	l.KeepAlive(3*time.Second, time.Minute) // renew while working (ttl 10s by default)
+//	ctx, cancel := l.Context(ctx)           // cancelled, with a *redlock.LostError, if the lock is lost
+//	defer cancel()
+//	err = work(ctx, l.Token())
 //
 // # Protocol
 //

@@ -12,12 +12,6 @@ import (
 )
 
 var (
-	// ErrBusy is matched (errors.Is) by every *BusyError.
-	ErrBusy = errors.New("redlock: lock is held by someone else")
-	// ErrUnavailable is matched by every *UnavailableError.
-	ErrUnavailable = errors.New("redlock: no quorum of nodes reachable")
-	// ErrLost is matched by every error that says a held lock can no longer be trusted.
-	ErrLost = errors.New("redlock: lock lost")
 	// ErrReleased is returned by operations on a lock that was released.
 	ErrReleased = errors.New("redlock: lock already released")
 	// ErrClosed is returned after Client.Close.
@@ -37,56 +31,60 @@ func (e *BusyError) Error() string {
 	return fmt.Sprintf("redlock: key %q busy after %d attempt(s) in %v", e.Key, e.Attempts, e.Waited.Round(time.Millisecond))
 }
 
-// Is makes errors.Is(err, ErrBusy) true.
-func (e *BusyError) Is(target error) bool { return target == ErrBusy }
-
-// NodeError is one node's failure.
-type NodeError struct {
-	Node string // address, never with a password
-	Err  error
-}
-
-func (e NodeError) String() string { return e.Node + ": " + e.Err.Error() }
-
 // UnavailableError says fewer than a quorum of nodes answered.
 type UnavailableError struct {
 	Key    string
 	Quorum int
-	Nodes  []NodeError
+	// Nodes holds one error per node that failed, each naming its node (never with a
+	// password).
+	Nodes []error
 }
 
 func (e *UnavailableError) Error() string {
 	parts := make([]string, len(e.Nodes))
 	for i, n := range e.Nodes {
-		parts[i] = n.String()
+		parts[i] = n.Error()
 	}
 	return fmt.Sprintf("redlock: key %q: fewer than %d nodes answered (%s)", e.Key, e.Quorum, strings.Join(parts, "; "))
 }
 
-// Is makes errors.Is(err, ErrUnavailable) true.
-func (e *UnavailableError) Is(target error) bool { return target == ErrUnavailable }
+// nodeError is one node's failure in an UnavailableError.
+type nodeError struct {
+	node string // address, never with a password
+	err  error
+}
 
-// LostError says why a held lock can no longer be trusted.
+func (e nodeError) Error() string { return e.node + ": " + e.err.Error() }
+func (e nodeError) Unwrap() error { return e.err }
+
+// LostError says why a held lock can no longer be trusted. It is the cause of the
+// context Lock.Context returns once the lock is lost.
 type LostError struct {
 	Key    string
-	Reason string // LostExpired, LostTaken, LostVanished, LostMaxHold or LostForceReleased
+	Reason LostReason
 }
 
 func (e *LostError) Error() string {
 	return fmt.Sprintf("redlock: lock on %q lost: %s", e.Key, e.Reason)
 }
 
-// Is makes errors.Is(err, ErrLost) true.
-func (e *LostError) Is(target error) bool { return target == ErrLost }
+// LostReason says why a lock was lost.
+type LostReason string
 
-// Lost reasons.
+// The reasons a lock is lost.
 const (
-	LostExpired       = "expired"        // validity ended without a successful renewal
-	LostTaken         = "taken"          // a majority no longer holds our value
-	LostVanished      = "vanished"       // a majority no longer has the key at all (deleted, e.g. force released elsewhere)
-	LostMaxHold       = "max_hold"       // the hold reached max_hold
-	LostForceReleased = "force_released" // an operator force-released the key
+	LostExpired       LostReason = "expired"        // validity ended without a successful renewal
+	LostTaken         LostReason = "taken"          // a majority no longer holds our value
+	LostVanished      LostReason = "vanished"       // a majority no longer has the key at all (deleted, e.g. force released elsewhere)
+	LostMaxHold       LostReason = "max_hold"       // the hold reached the maxHold of KeepAlive
+	LostForceReleased LostReason = "force_released" // Client.ForceRelease (an operator) released the key
 )
+
+// isLost reports whether err says a lock is gone for good.
+func isLost(err error) bool {
+	_, ok := errors.AsType[*LostError](err)
+	return ok
+}
 
 // silentErr stands for the reply of a node the round did not wait for: its last command
 // got no answer at all (last says why).

@@ -46,13 +46,13 @@ func TestForceReleaseVsAcquire(t *testing.T) {
 					}
 					time.Sleep(time.Duration(rand.IntN(800)) * time.Microsecond)
 					forcing.RLock()
-					if l.Err() == nil {
+					if l.err() == nil {
 						st, err := c.Inspect(ctx, "forced")
-						if err == nil && l.Err() == nil && c.Holding("forced") == l {
+						if err == nil && l.err() == nil && c.holding("forced") == l {
 							checked.Add(1)
 							if !st.HeldHere {
 								t.Errorf("pipelining=%v: lock (handed %v, attempts %d) valid (%v left) while its value is on no quorum: %+v",
-									!nopipe, l.Handed(), l.Attempts(), l.Validity(), st.Nodes)
+									!nopipe, l.Info().Handed, l.Info().Attempts, l.validity(), st.Nodes)
 							}
 						}
 					} else {
@@ -114,12 +114,12 @@ func TestForceReleaseDuringHandoff(t *testing.T) {
 					}
 					{ // every holder checks: the force release waiting for the write lock then runs while the holder releases
 						forcing.RLock()
-						if l.Err() == nil {
+						if l.err() == nil {
 							st, err := c.Inspect(ctx, key)
-							if err == nil && l.Err() == nil {
+							if err == nil && l.err() == nil {
 								checked.Add(1)
 								if !st.HeldHere && bad.Add(1) == 1 {
-									t.Errorf("lock (handed %v) valid (%v left) while its value is on no quorum: %+v", l.Handed(), l.Validity(), st.Nodes)
+									t.Errorf("lock (handed %v) valid (%v left) while its value is on no quorum: %+v", l.Info().Handed, l.validity(), st.Nodes)
 								}
 							}
 						}

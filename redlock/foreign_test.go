@@ -20,7 +20,7 @@ func TestForeignTypeIsBusy(t *testing.T) {
 	ctx := context.Background()
 	for _, s := range servers {
 		rc := redis.NewClient(&redis.Options{Addr: s.Addr()})
-		if err := rc.HSet(ctx, DefaultPrefix+"hash", "holder", 1).Err(); err != nil {
+		if err := rc.HSet(ctx, defaultPrefix+"hash", "holder", 1).Err(); err != nil {
 			t.Fatal(err)
 		}
 		rc.Close()
@@ -28,11 +28,11 @@ func TestForeignTypeIsBusy(t *testing.T) {
 	c := newTestClient(t, servers, fastOptions())
 	for _, o := range []AcquireOptions{{}, {Wait: 200 * time.Millisecond}, {Fencing: true}, {Wait: 200 * time.Millisecond, Fencing: true}} {
 		_, err := c.Acquire(ctx, "hash", o)
-		if !errors.Is(err, ErrBusy) {
+		if !isBusy(err) {
 			t.Fatalf("%+v: got %v, want busy", o, err)
 		}
 	}
-	for i, st := range c.Nodes() {
+	for i, st := range c.Status().Nodes {
 		if st.Errors != 0 {
 			t.Errorf("node %d counted %d errors (%s) for a foreign value", i, st.Errors, st.LastError)
 		}
@@ -77,8 +77,8 @@ func TestForeignTypeTakesOverDuringRenewal(t *testing.T) {
 	})
 	for _, s := range servers {
 		rc := redis.NewClient(&redis.Options{Addr: s.Addr()})
-		rc.Del(ctx, DefaultPrefix+"victim")
-		if err := rc.HSet(ctx, DefaultPrefix+"victim", "holder", 1).Err(); err != nil {
+		rc.Del(ctx, defaultPrefix+"victim")
+		if err := rc.HSet(ctx, defaultPrefix+"victim", "holder", 1).Err(); err != nil {
 			t.Fatal(err)
 		}
 		rc.Close()

@@ -20,13 +20,13 @@ import (
 // handed tokens token+1 .. token+HandoffLimit are all above the tokens before. A streak
 // ends when the reserve is used up.
 
-// DefaultHandoffLimit is how many times in a row a lock may be handed to a local waiter
+// defaultHandoffLimit is how many times in a row a lock may be handed to a local waiter
 // before it goes back through Redis.
-const DefaultHandoffLimit = 8
+const defaultHandoffLimit = 8
 
-// MaxHandoffLimit caps Options.HandoffLimit: with fencing, every acquire holds that many
+// maxHandoffLimit caps Options.HandoffLimit: with fencing, every acquire holds that many
 // tokens (µs of the nodes' clocks) back for handoffs (doc.go).
-const MaxHandoffLimit = 64
+const maxHandoffLimit = 64
 
 // handoff hands l (just released by its holder, not lost) to the next local waiter, if
 // the rules above allow it and no force release of the key began since forces (forceNow,
@@ -39,7 +39,7 @@ func (c *Client) handoff(l *Lock, forces uint64) bool {
 		return false
 	}
 	next := &Lock{c: c, nm: l.nm, key: l.key, value: l.value, ttl: l.ttl, fencing: l.fencing,
-		tokenMax: l.tokenMax, q: l.q, settled: l.settled, streak: l.streak + 1, handed: true}
+		tokenMax: l.tokenMax, q: l.q, settled: l.settled, streak: l.streak + 1, handed: true, waited: true}
 	if l.fencing {
 		next.token = l.token + 1
 	}
@@ -72,7 +72,7 @@ func suits(l *Lock) func(waiter) bool {
 // handoffLikely says, without changing anything, whether handoff(l) would find the
 // rules met and a suitable waiter queued (for HandOver; handoff itself decides).
 func (c *Client) handoffLikely(l *Lock) bool {
-	if _, ok := c.handoffAllowed(l); !ok || l.Err() != nil {
+	if _, ok := c.handoffAllowed(l); !ok || l.err() != nil {
 		return false
 	}
 	return c.queues.headAccepts(l.q, suits(l))

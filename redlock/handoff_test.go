@@ -41,8 +41,8 @@ func TestHandoffByReleaseNotice(t *testing.T) {
 		}
 		select {
 		case lb := <-got:
-			if lb.Attempts() > 4 {
-				t.Fatalf("round %d: %d attempts, want a handful", round, lb.Attempts())
+			if lb.Info().Attempts > 4 {
+				t.Fatalf("round %d: %d attempts, want a handful", round, lb.Info().Attempts)
 			}
 			if err := lb.Release(ctx); err != nil {
 				t.Fatal(err)
@@ -84,7 +84,7 @@ func TestLocalWaitersServedInOrder(t *testing.T) {
 			_ = l.Release(ctx)
 		}()
 		// Arrival order: wait until this waiter is queued.
-		eventually(t, "waiter queued", func() bool { return c.Waiting()["fifo"] == i+1 })
+		eventually(t, "waiter queued", func() bool { return c.queues.waiting()["fifo"] == i+1 })
 	}
 	_ = first.Release(ctx)
 	wg.Wait()

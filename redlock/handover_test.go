@@ -27,21 +27,21 @@ func TestHandOverHandsToWaiterWithoutRedis(t *testing.T) {
 		t.Fatal("HandOver declined with a waiter queued")
 	}
 	l2 := receive(t, waiter)
-	if !l2.Handed() || l2.Err() != nil || l2.Validity() <= 0 {
-		t.Fatalf("handed=%v err=%v validity=%v: want a valid handed lock", l2.Handed(), l2.Err(), l2.Validity())
+	if !l2.Info().Handed || l2.err() != nil || l2.validity() <= 0 {
+		t.Fatalf("handed=%v err=%v validity=%v: want a valid handed lock", l2.Info().Handed, l2.err(), l2.validity())
 	}
 	for i, s := range servers {
 		if n := evalCalls(t, s); n != 0 {
 			t.Fatalf("node %d ran %d scripts during HandOver, want 0", i, n)
 		}
 	}
-	if l1.Err() != ErrReleased {
-		t.Fatalf("old holder: Err %v, want ErrReleased", l1.Err())
+	if l1.err() != ErrReleased {
+		t.Fatalf("old holder: Err %v, want ErrReleased", l1.err())
 	}
 	if err := l1.Release(context.Background()); err != ErrReleased {
 		t.Fatalf("Release after a HandOver: %v, want ErrReleased (nothing left to do)", err)
 	}
-	if h := c.Holding("ho"); h != l2 {
+	if h := c.holding("ho"); h != l2 {
 		t.Fatalf("Holding lists %p, want the handed lock %p", h, l2)
 	}
 	if err := l2.Release(context.Background()); err != nil {
@@ -64,11 +64,11 @@ func TestHandOverWithoutWaiterChangesNothing(t *testing.T) {
 	if l.HandOver() {
 		t.Fatal("HandOver with nobody waiting reported a handoff")
 	}
-	if l.Err() != nil {
-		t.Fatalf("lock changed by a declined HandOver: %v", l.Err())
+	if l.err() != nil {
+		t.Fatalf("lock changed by a declined HandOver: %v", l.err())
 	}
-	r0 := l.Renewals()
-	eventually(t, "renewals go on after a declined HandOver", func() bool { return l.Renewals() >= r0+2 })
+	r0 := l.Info().Renewals
+	eventually(t, "renewals go on after a declined HandOver", func() bool { return l.Info().Renewals >= r0+2 })
 	if err := l.Release(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -107,8 +107,8 @@ func TestHandOverDeclinesWhileRenewalInFlight(t *testing.T) {
 	if l.HandOver() {
 		t.Fatal("HandOver went ahead with a renewal in flight")
 	}
-	if l.Err() != nil {
-		t.Fatalf("declined HandOver changed the lock: %v", l.Err())
+	if l.err() != nil {
+		t.Fatalf("declined HandOver changed the lock: %v", l.err())
 	}
 	for _, s := range servers {
 		if err := s.Resume(); err != nil {
@@ -118,7 +118,7 @@ func TestHandOverDeclinesWhileRenewalInFlight(t *testing.T) {
 	if err := l.Release(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if l2 := receive(t, waiter); !l2.Handed() {
+	if l2 := receive(t, waiter); !l2.Info().Handed {
 		t.Fatal("Release after the renewal did not hand the lock on")
 	} else if err := l2.Release(context.Background()); err != nil {
 		t.Fatal(err)
@@ -164,9 +164,10 @@ func TestReleaseAfterFailedHandOverDeletesInRedis(t *testing.T) {
 	}
 }
 
-// OnLost runs its callback once the lock is lost, with the reason, and not after stop or
-// on release; registered on a lost lock it runs at once.
-func TestOnLost(t *testing.T) {
+// Lock.Context is cancelled the moment the lock is lost, with the *LostError as its
+// cause; on release with ErrReleased; on a lock already lost at once; and it follows its
+// parent (and its own cancel) like any derived context.
+func TestContext(t *testing.T) {
 	servers := redistest.StartN(t, 3)
 	c := newTestClient(t, servers, fastOptions())
 	acquire := func(key string) *Lock {
@@ -176,48 +177,61 @@ func TestOnLost(t *testing.T) {
 		}
 		return l
 	}
-
-	l := acquire("onlost")
-	got := make(chan error, 2)
-	stopped := acquire("onlost-stopped")
-	stop := stopped.OnLost(func(err error) { got <- err })
-	if !stop() || !stop() {
-		t.Fatal("stop before the loss must report that the callback never runs")
+	done := func(ctx context.Context, what string) error {
+		t.Helper()
+		select {
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		case <-time.After(5 * time.Second):
+			t.Fatalf("%s: context not done", what)
+			return nil
+		}
 	}
-	released := acquire("onlost-released")
-	released.OnLost(func(err error) { got <- err })
+
+	l := acquire("ctx-lost")
+	ctx, cancel := l.Context(context.Background())
+	defer cancel()
+	if ctx.Err() != nil {
+		t.Fatalf("context of a held lock is done: %v", context.Cause(ctx))
+	}
+	if _, err := c.ForceRelease(context.Background(), "ctx-lost"); err != nil {
+		t.Fatal(err)
+	}
+	var le *LostError
+	if cause := done(ctx, "force released"); !errors.As(cause, &le) || le.Reason != LostForceReleased || le.Key != "ctx-lost" {
+		t.Fatalf("cause %v, want a LostError for ctx-lost with reason %s", cause, LostForceReleased)
+	}
+	late, cancelLate := l.Context(context.Background()) // already lost: done at once
+	defer cancelLate()
+	if late.Err() == nil || !isLost(context.Cause(late)) {
+		t.Fatalf("context of a lost lock: err %v cause %v", late.Err(), context.Cause(late))
+	}
+
+	released := acquire("ctx-released")
+	rctx, rcancel := released.Context(context.Background())
+	defer rcancel()
 	if err := released.Release(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	stopLost := l.OnLost(func(err error) { got <- err })
-	if _, err := c.ForceRelease(context.Background(), "onlost"); err != nil {
-		t.Fatal(err)
+	if cause := done(rctx, "released"); cause != ErrReleased {
+		t.Fatalf("cause after release %v, want ErrReleased", cause)
 	}
-	select {
-	case err := <-got:
-		var le *LostError
-		if !errors.As(err, &le) || le.Reason != LostForceReleased {
-			t.Fatalf("callback got %v, want a LostError with reason %s", err, LostForceReleased)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("OnLost callback did not run when the lock was force released")
+
+	held := acquire("ctx-parent")
+	defer held.Release(context.Background())
+	parent, cancelParent := context.WithCancelCause(context.Background())
+	pctx, pcancel := held.Context(parent)
+	defer pcancel()
+	cancelParent(errors.New("client went away"))
+	if cause := done(pctx, "parent cancelled"); cause == nil || isLost(cause) || cause.Error() != "client went away" {
+		t.Fatalf("cause after the parent ended %v, want the parent's", cause)
 	}
-	if stopLost() {
-		t.Fatal("stop after the callback started must report false")
+	own, cancelOwn := held.Context(context.Background())
+	cancelOwn()
+	if cause := done(own, "cancelled"); cause != context.Canceled {
+		t.Fatalf("cause after cancel %v, want context.Canceled", cause)
 	}
-	l.OnLost(func(err error) { got <- err }) // already lost: runs at once
-	select {
-	case err := <-got:
-		if !errors.Is(err, ErrLost) {
-			t.Fatalf("late callback got %v", err)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("OnLost on a lost lock did not run")
-	}
-	stopped.Release(context.Background())
-	select {
-	case err := <-got:
-		t.Fatalf("a stopped or released lock's callback ran: %v", err)
-	case <-time.After(100 * time.Millisecond):
+	if held.Info().Err != nil {
+		t.Fatalf("cancelling a lock's context must not touch the lock: %v", held.Info().Err)
 	}
 }

@@ -2,6 +2,7 @@ package redlock
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -36,7 +37,7 @@ func waitRunIDs(t testing.TB, c *Client) {
 	deadline := time.Now().Add(5 * time.Second)
 	for time.Now().Before(deadline) {
 		all := true
-		for _, s := range c.Nodes() {
+		for _, s := range c.Status().Nodes {
 			all = all && s.RunID != ""
 		}
 		if all {
@@ -44,7 +45,7 @@ func waitRunIDs(t testing.TB, c *Client) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	t.Fatalf("health checks did not see every run_id: %+v", c.Nodes())
+	t.Fatalf("health checks did not see every run_id: %+v", c.Status().Nodes)
 }
 
 // rawKeys returns what each node holds under the lock key: value ("" if absent) or an error string.
@@ -52,7 +53,7 @@ func rawGet(t testing.TB, s *redistest.Server, key string) (string, bool) {
 	t.Helper()
 	rc := redis.NewClient(&redis.Options{Addr: s.Addr(), DialTimeout: time.Second, ReadTimeout: time.Second})
 	defer rc.Close()
-	v, err := rc.Get(context.Background(), DefaultPrefix+key).Result()
+	v, err := rc.Get(context.Background(), defaultPrefix+key).Result()
 	if err == redis.Nil {
 		return "", false
 	}
@@ -93,4 +94,14 @@ func waitGone(t testing.TB, servers []*redistest.Server, key string) {
 		}
 		return true
 	})
+}
+
+func isBusy(err error) bool {
+	_, ok := errors.AsType[*BusyError](err)
+	return ok
+}
+
+func isUnavailable(err error) bool {
+	_, ok := errors.AsType[*UnavailableError](err)
+	return ok
 }

@@ -39,8 +39,8 @@ func TestInspectAndForceRelease(t *testing.T) {
 	if !st.QuorumHeld || st.HeldHere {
 		t.Fatalf("other's view: %+v", st)
 	}
-	if held := holder.Held(); len(held) != 1 || held[0].Key != "inspect" || held[0].Validity <= 0 {
-		t.Fatalf("Held() = %+v", held)
+	if held := holder.Status().Held; len(held) != 1 || held[0].key != "inspect" || held[0].Info().Validity <= 0 {
+		t.Fatalf("Status().Held = %+v", held)
 	}
 
 	// Force release by the holder's own client (the admin API of the instance that holds
@@ -51,13 +51,13 @@ func TestInspectAndForceRelease(t *testing.T) {
 		t.Fatalf("force release: %d, %v", n, err)
 	}
 	select {
-	case <-l.Lost():
+	case <-l.done.Done():
 	default:
 		t.Fatal("local holder not told of the force release")
 	}
 	var lost *LostError
-	if !errors.As(l.Err(), &lost) || lost.Reason != LostForceReleased {
-		t.Fatalf("Err = %v", l.Err())
+	if !errors.As(l.err(), &lost) || lost.Reason != LostForceReleased {
+		t.Fatalf("Err = %v", l.err())
 	}
 	for _, s := range servers {
 		if _, present := rawGet(t, s, "inspect"); present {
@@ -65,8 +65,8 @@ func TestInspectAndForceRelease(t *testing.T) {
 		}
 	}
 	_ = l.Release(ctx)
-	if len(holder.Held()) != 0 {
-		t.Fatalf("Held() after release: %+v", holder.Held())
+	if held := holder.Status().Held; len(held) != 0 {
+		t.Fatalf("Status().Held after release: %+v", held)
 	}
 }
 
@@ -74,7 +74,7 @@ func TestNodesReportHealth(t *testing.T) {
 	servers := redistest.StartN(t, 3)
 	c := newTestClient(t, servers, fastOptions())
 	waitRunIDs(t, c)
-	for _, s := range c.Nodes() {
+	for _, s := range c.Status().Nodes {
 		if !s.Up || s.LastRTT <= 0 {
 			t.Fatalf("node not up: %+v", s)
 		}
@@ -82,16 +82,16 @@ func TestNodesReportHealth(t *testing.T) {
 	if err := servers[1].Pause(); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "paused node shows down", func() bool { return !c.Nodes()[1].Up })
+	eventually(t, "paused node shows down", func() bool { return !c.Status().Nodes[1].Up })
 	if err := servers[1].Resume(); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "resumed node shows up", func() bool { return c.Nodes()[1].Up })
+	eventually(t, "resumed node shows up", func() bool { return c.Status().Nodes[1].Up })
 	if err := servers[2].Restart(); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, "restarted node quarantined", func() bool {
-		s := c.Nodes()[2]
+		s := c.Status().Nodes[2]
 		return s.Up && !s.QuarantinedUntil.IsZero() && s.QuarantinedUntil.After(time.Now())
 	})
 }
@@ -122,8 +122,8 @@ func TestCloseWhileHolding(t *testing.T) {
 		t.Fatalf("acquire after Close: %v", err)
 	}
 	select {
-	case <-l.Lost():
-		t.Fatalf("lock lost after Close: %v", l.Err())
+	case <-l.done.Done():
+		t.Fatalf("lock lost after Close: %v", l.err())
 	case <-time.After(3 * opt.TTL):
 	}
 	if err := l.Release(ctx); err != nil {

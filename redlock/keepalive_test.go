@@ -33,24 +33,24 @@ func TestKeepAliveHoldsPastTTL(t *testing.T) {
 	deadline := time.Now().Add(5 * opt.TTL)
 	for time.Now().Before(deadline) {
 		select {
-		case <-l.Lost():
-			t.Fatalf("lost while renewing: %v", l.Err())
+		case <-l.done.Done():
+			t.Fatalf("lost while renewing: %v", l.err())
 		case <-time.After(opt.TTL / 2):
 		}
-		if _, err := other.Acquire(ctx, "ka", AcquireOptions{}); !errors.Is(err, ErrBusy) {
+		if _, err := other.Acquire(ctx, "ka", AcquireOptions{}); !isBusy(err) {
 			t.Fatalf("another client got the key while it was renewed: %v", err)
 		}
 	}
-	if l.Renewals() < 10 {
-		t.Fatalf("renewals = %d over 5 x ttl at ttl/3, want >= 10", l.Renewals())
+	if l.Info().Renewals < 10 {
+		t.Fatalf("renewals = %d over 5 x ttl at ttl/3, want >= 10", l.Info().Renewals)
 	}
 	if err := l.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
 	// After Release: no renewal is in flight any more (one counted by the lock but not yet
 	// reported to the observer).
-	if ok, calls := obs.renewOK.Load(), obs.calls.Load(); ok != int64(l.Renewals()) || calls < 3*ok {
-		t.Fatalf("observer saw %d good renewals (lock says %d) and %d node calls", ok, l.Renewals(), calls)
+	if ok, calls := obs.renewOK.Load(), obs.calls.Load(); ok != int64(l.Info().Renewals) || calls < 3*ok {
+		t.Fatalf("observer saw %d good renewals (lock says %d) and %d node calls", ok, l.Info().Renewals, calls)
 	}
 	if _, err := other.Acquire(ctx, "ka", AcquireOptions{}); err != nil {
 		t.Fatalf("key not free after release: %v", err)
@@ -79,15 +79,15 @@ func TestKeepAliveSignalsLossWhenMajorityCut(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	until := l.Until() // validity as of the last successful renewal
+	until := l.validUntil() // validity as of the last successful renewal
 	select {
-	case <-l.Lost():
+	case <-l.done.Done():
 	case <-time.After(2 * opt.TTL):
 		t.Fatal("loss not signalled")
 	}
 	lostAt := time.Now()
-	if !errors.Is(l.Err(), ErrLost) {
-		t.Fatalf("Err = %v, want ErrLost", l.Err())
+	if !isLost(l.err()) {
+		t.Fatalf("Err = %v, want a LostError", l.err())
 	}
 	// The signal comes at the end of validity at the latest (small slack for the timer
 	// goroutine to be scheduled); keys on the nodes live until at least validity + drift.
@@ -108,17 +108,17 @@ func TestKeepAliveMaxHold(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := l.KeepAlive(c.TTL()/3, 300*time.Millisecond); err != nil {
+	if err := l.KeepAlive(c.opt.TTL/3, 300*time.Millisecond); err != nil {
 		t.Fatal(err)
 	}
 	select {
-	case <-l.Lost():
+	case <-l.done.Done():
 	case <-time.After(5 * time.Second):
 		t.Fatal("max_hold did not end the hold")
 	}
 	var lost *LostError
-	if !errors.As(l.Err(), &lost) || lost.Reason != LostMaxHold {
-		t.Fatalf("Err = %v, want max_hold", l.Err())
+	if !errors.As(l.err(), &lost) || lost.Reason != LostMaxHold {
+		t.Fatalf("Err = %v, want max_hold", l.err())
 	}
 	if err := l.Release(context.Background()); err != nil {
 		t.Fatal(err)
@@ -160,8 +160,8 @@ func TestRenewalsAreBatched(t *testing.T) {
 	}
 	time.Sleep(5 * opt.TTL / 3)
 	for _, l := range held {
-		if l.Renewals() < 3 {
-			t.Fatalf("%s renewed %d times, want >= 3", l.Key(), l.Renewals())
+		if l.Info().Renewals < 3 {
+			t.Fatalf("%s renewed %d times, want >= 3", l.key, l.Info().Renewals)
 		}
 		if err := l.Release(ctx); err != nil {
 			t.Fatal(err)
@@ -169,7 +169,7 @@ func TestRenewalsAreBatched(t *testing.T) {
 	}
 	renewals := 0
 	for _, l := range held {
-		renewals += l.Renewals()
+		renewals += l.Info().Renewals
 	}
 	calls := obs.extends.Load()
 	// One call per lock per node would be renewals*3; batched it is a small multiple of
@@ -207,22 +207,22 @@ func TestRenewalDoesNotUndoForceRelease(t *testing.T) {
 	// renewal that overlaps the deletes may still find the key on a quorum and rightly
 	// re-take the node already emptied: delete just after a renewal, far from the next.
 	<-l.settled
-	eventually(t, "a first renewal", func() bool { return l.Renewals() >= 1 })
+	eventually(t, "a first renewal", func() bool { return l.Info().Renewals >= 1 })
 	for _, s := range servers {
 		rc := redis.NewClient(&redis.Options{Addr: s.Addr()})
-		if err := rc.Del(context.Background(), DefaultPrefix+"forced").Err(); err != nil {
+		if err := rc.Del(context.Background(), defaultPrefix+"forced").Err(); err != nil {
 			t.Fatal(err)
 		}
 		rc.Close()
 	}
 	select {
-	case <-l.Lost():
+	case <-l.done.Done():
 	case <-time.After(3 * time.Second):
 		t.Fatal("the holder did not notice its key was deleted on every node")
 	}
 	var le *LostError
-	if !errors.As(l.Err(), &le) || le.Reason != LostVanished {
-		t.Fatalf("lost with %v, want reason %q", l.Err(), LostVanished)
+	if !errors.As(l.err(), &le) || le.Reason != LostVanished {
+		t.Fatalf("lost with %v, want reason %q", l.err(), LostVanished)
 	}
 	time.Sleep(900 * time.Millisecond) // three more renew intervals
 	for _, s := range servers {
@@ -266,7 +266,7 @@ func TestRenewalRetakesRestartedNode(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	if err := l.Err(); err != nil {
+	if err := l.err(); err != nil {
 		t.Fatalf("lock lost: %v", err)
 	}
 	if err := l.Release(context.Background()); err != nil {

@@ -2,7 +2,6 @@ package redlock
 
 import (
 	"context"
-	"errors"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -62,13 +61,13 @@ func TestLimitWaiterWokenByRelease(t *testing.T) {
 	lim := AcquireOptions{Limit: 2}
 	l1 := mustAcquire(t, a, "pool", lim)
 	l2 := mustAcquire(t, b, "pool", lim)
-	if l1.Key() != "pool" || l2.Key() != "pool" {
-		t.Fatalf("keys %q %q, want the user's key", l1.Key(), l2.Key())
+	if l1.key != "pool" || l2.key != "pool" {
+		t.Fatalf("keys %q %q, want the user's key", l1.key, l2.key)
 	}
-	if _, err := l1.Extend(context.Background()); err != nil {
+	if _, err := l1.extend(context.Background()); err != nil {
 		t.Fatalf("extend a place: %v", err)
 	}
-	if _, err := a.Acquire(context.Background(), "pool", lim); !errors.Is(err, ErrBusy) {
+	if _, err := a.Acquire(context.Background(), "pool", lim); !isBusy(err) {
 		t.Fatalf("third holder of a key limited to 2: %v, want busy", err)
 	}
 	for _, tc := range []struct {
@@ -136,7 +135,7 @@ func TestLimitBadInput(t *testing.T) {
 	servers := redistest.StartN(t, 1)
 	c := newTestClient(t, servers, fastOptions())
 	for _, o := range []AcquireOptions{{Limit: -1}, {Limit: MaxLimit + 1}, {Limit: 2, Shared: true}} {
-		if _, err := c.Acquire(context.Background(), "k", o); err == nil || errors.Is(err, ErrBusy) {
+		if _, err := c.Acquire(context.Background(), "k", o); err == nil || isBusy(err) {
 			t.Errorf("%+v: %v, want an error", o, err)
 		}
 	}
@@ -152,8 +151,8 @@ func TestLimitForceRelease(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, l := range []*Lock{l1, l2} {
-		if !errors.Is(l.Err(), ErrLost) {
-			t.Fatalf("holder after force release: %v", l.Err())
+		if !isLost(l.err()) {
+			t.Fatalf("holder after force release: %v", l.err())
 		}
 	}
 	other := newTestClient(t, servers, fastOptions())

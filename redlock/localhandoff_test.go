@@ -16,7 +16,7 @@ import (
 // until it is queued (so waiters are in a known order). The lock arrives on the channel.
 func queueWaiter(t *testing.T, c *Client, key string, o AcquireOptions) <-chan *Lock {
 	t.Helper()
-	before := c.Waiting()[key]
+	before := c.queues.waiting()[key]
 	got := make(chan *Lock, 1)
 	go func() {
 		l, err := c.Acquire(context.Background(), key, o)
@@ -27,7 +27,7 @@ func queueWaiter(t *testing.T, c *Client, key string, o AcquireOptions) <-chan *
 		}
 		got <- l
 	}()
-	eventually(t, "waiter queued", func() bool { return c.Waiting()[key] == before+1 })
+	eventually(t, "waiter queued", func() bool { return c.queues.waiting()[key] == before+1 })
 	return got
 }
 
@@ -98,11 +98,11 @@ func TestLocalHandoffCostsNoRoundTrip(t *testing.T) {
 		t.Fatal(err)
 	}
 	l2 := receive(t, waiter)
-	if !l2.Handed() || l2.Attempts() != 0 {
-		t.Fatalf("handed=%v attempts=%d: want a handed lock", l2.Handed(), l2.Attempts())
+	if !l2.Info().Handed || l2.Info().Attempts != 0 {
+		t.Fatalf("handed=%v attempts=%d: want a handed lock", l2.Info().Handed, l2.Info().Attempts)
 	}
-	if l2.Validity() <= 0 || l2.Err() != nil {
-		t.Fatalf("handed lock not valid: validity %v err %v", l2.Validity(), l2.Err())
+	if l2.validity() <= 0 || l2.err() != nil {
+		t.Fatalf("handed lock not valid: validity %v err %v", l2.validity(), l2.err())
 	}
 	for i, s := range servers {
 		if v, _ := rawGet(t, s, "hand"); v != before[i] {
@@ -112,7 +112,7 @@ func TestLocalHandoffCostsNoRoundTrip(t *testing.T) {
 			t.Fatalf("node %d ran %d scripts during a local handoff, want 0", i, n)
 		}
 	}
-	if h := c.Holding("hand"); h != l2 {
+	if h := c.holding("hand"); h != l2 {
 		t.Fatalf("Holding lists %p, want the handed lock %p", h, l2)
 	}
 	if err := l1.Release(context.Background()); err != ErrReleased {
@@ -153,8 +153,8 @@ func TestHandoffLimitAndCompatibility(t *testing.T) {
 			t.Fatal(err)
 		}
 		l = receive(t, w)
-		if l.Handed() != want[i] {
-			t.Fatalf("holder %d: handed=%v, want %v", i+1, l.Handed(), want[i])
+		if l.Info().Handed != want[i] {
+			t.Fatalf("holder %d: handed=%v, want %v", i+1, l.Info().Handed, want[i])
 		}
 		if now := value(); (now == prev) != want[i] {
 			t.Fatalf("holder %d: value changed=%v, want %v", i+1, now != prev, !want[i])
@@ -165,7 +165,7 @@ func TestHandoffLimitAndCompatibility(t *testing.T) {
 		t.Fatal(err)
 	}
 	l = receive(t, odd)
-	if l.Handed() {
+	if l.Info().Handed {
 		t.Fatal("a waiter with another ttl was handed the lock")
 	}
 	if err := l.Release(context.Background()); err != nil {
@@ -219,7 +219,7 @@ func TestHandoffFencingTokensIncrease(t *testing.T) {
 		prev := l.Token()
 		l = receive(t, w)
 		record(l)
-		if l.Handed() {
+		if l.Info().Handed {
 			handed++
 			if l.Token() != prev+1 {
 				t.Fatalf("handed token %d, want previous holder's + 1 = %d", l.Token(), prev+1)
@@ -252,7 +252,7 @@ func TestHandoffChainKeepsRenewing(t *testing.T) {
 	servers := redistest.StartN(t, 3)
 	opt := fastOptions()
 	opt.TTL = 900 * time.Millisecond
-	opt.HandoffLimit = MaxHandoffLimit
+	opt.HandoffLimit = maxHandoffLimit
 	c := newTestClient(t, servers, opt)
 	const holders = 12
 	const hold, every = 150 * time.Millisecond, 300 * time.Millisecond // 12 x 150ms = 2 ttl
@@ -267,15 +267,15 @@ func TestHandoffChainKeepsRenewing(t *testing.T) {
 	for i := 0; i < holders; i++ {
 		w := queueWaiter(t, c, "chain", AcquireOptions{Wait: 5 * time.Second})
 		time.Sleep(hold)
-		if err := l.Err(); err != nil {
+		if err := l.err(); err != nil {
 			t.Fatalf("holder %d lost the lock: %v", i, err)
 		}
-		renewals += l.Renewals()
+		renewals += l.Info().Renewals
 		if err := l.Release(context.Background()); err != nil {
 			t.Fatal(err)
 		}
 		l = receive(t, w)
-		if !l.Handed() {
+		if !l.Info().Handed {
 			t.Fatalf("holder %d: not handed (validity ran low: renewals did not continue)", i+1)
 		}
 		if err := l.KeepAlive(every, 0); err != nil {
@@ -363,11 +363,11 @@ func TestNoHandoffOfLockFoundGoneByRenewalInFlight(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer servers[2].Resume()
-	r0 := l.Renewals()
-	eventually(t, "a renewal to complete", func() bool { return l.Renewals() > r0 })
+	r0 := l.Info().Renewals
+	eventually(t, "a renewal to complete", func() bool { return l.Info().Renewals > r0 })
 	for _, s := range servers[:2] { // right after it: the next one starts in 100ms
 		rc := redis.NewClient(&redis.Options{Addr: s.Addr()})
-		if err := rc.Del(context.Background(), DefaultPrefix+"gone").Err(); err != nil {
+		if err := rc.Del(context.Background(), defaultPrefix+"gone").Err(); err != nil {
 			t.Fatal(err)
 		}
 		rc.Close()
@@ -375,7 +375,7 @@ func TestNoHandoffOfLockFoundGoneByRenewalInFlight(t *testing.T) {
 	time.Sleep(400 * time.Millisecond) // the next renewal hangs on the paused node
 	_ = l.Release(context.Background())
 	next := receive(t, waiter)
-	if next.Handed() {
+	if next.Info().Handed {
 		t.Fatal("a lock whose key was gone from a majority was handed to the next waiter")
 	}
 	_ = next.Release(context.Background())
@@ -395,7 +395,7 @@ func TestNoHandoffDuringForceRelease(t *testing.T) {
 	_ = l.Release(context.Background())
 	c.queues.endForce("forcing")
 	next := receive(t, waiter)
-	if next.Handed() {
+	if next.Info().Handed {
 		t.Fatal("handed on during a force release")
 	}
 	_ = next.Release(context.Background())

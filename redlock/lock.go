@@ -29,23 +29,26 @@ type Lock struct {
 	mu       sync.Mutex
 	until    time.Time // validity ends (monotonic)
 	renewals int
+	waited   bool // the acquire found the key held and waited (LockInfo.Waited)
 	released bool
 	// pendingRelease: HandOver released the lock here but could not hand it on; the
 	// next Release deletes it in Redis.
 	pendingRelease bool
 	lostErr        error
-	lost           chan struct{}
-	lostHooks      []*lostHook // OnLost callbacks not yet run or stopped
-	expiry         *time.Timer // marks the lock lost when validity ends without renewal
-	maxHold        *time.Timer
-	keepAlive      bool
+	// done is cancelled, with lostErr as its cause, the moment the lock is lost or
+	// released (Context).
+	done      context.Context
+	endDone   context.CancelCauseFunc
+	expiry    *time.Timer // marks the lock lost when validity ends without renewal
+	maxHold   *time.Timer
+	keepAlive bool
 
 	// Renewal scheduling, guarded by the client's renewer.mu.
 	renewEvery    time.Duration
 	renewAt       time.Time
 	heapIdx       int            // index in the renewer's heap, -1 when not scheduled
 	stopped       bool           // Release was called: never schedule again
-	renewing      sync.WaitGroup // renewals of this lock in flight (a batch, or a manual Extend)
+	renewing      sync.WaitGroup // renewals of this lock in flight (a batch, or an extend)
 	renewInFlight int            // how many, readable without waiting
 }
 
@@ -58,41 +61,25 @@ func (l *Lock) start(roundStart time.Time) {
 func (l *Lock) startUntil(until time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.lost = make(chan struct{})
+	l.done, l.endDone = context.WithCancelCause(context.Background())
 	l.heapIdx = -1
 	l.until = until
 	l.expiry = time.AfterFunc(time.Until(until), l.onExpiry)
 }
 
-// Key is the lock's key (without prefix).
-func (l *Lock) Key() string { return l.key }
-
 // Token is the fencing token, 0 without fencing. Tokens for one key strictly increase
 // across holders; a majority of nodes kept it before Acquire returned (doc.go).
 func (l *Lock) Token() int64 { return l.token }
 
-// Fencing reports whether the lock carries a fencing token.
-func (l *Lock) Fencing() bool { return l.fencing }
-
-// AcquiredAt is when Acquire was called (so Since(AcquiredAt) includes the wait).
-func (l *Lock) AcquiredAt() time.Time { return l.acquiredAt }
-
-// Attempts is how many Redlock rounds the acquire took (0 for a handed lock).
-func (l *Lock) Attempts() int { return l.attempts }
-
-// Handed reports whether the lock was handed over by the previous holder in this process
-// instead of being taken in Redis (see DefaultHandoffLimit).
-func (l *Lock) Handed() bool { return l.handed }
-
-// Until is when the validity ends unless renewed.
-func (l *Lock) Until() time.Time {
+// validUntil is when the validity ends unless renewed.
+func (l *Lock) validUntil() time.Time {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.until
 }
 
-// Validity is the remaining safe time, 0 once lost or released.
-func (l *Lock) Validity() time.Duration {
+// validity is the remaining safe time, 0 once lost or released.
+func (l *Lock) validity() time.Duration {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.lostErr != nil || l.released {
@@ -101,23 +88,64 @@ func (l *Lock) Validity() time.Duration {
 	return max(time.Until(l.until), 0)
 }
 
-// Renewals counts successful extensions.
-func (l *Lock) Renewals() int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.renewals
-}
-
-// Lost is closed the moment the lock can no longer be trusted (validity ended without a
-// renewal, a majority says someone else holds it, max hold reached, force release) and
-// also when it is released. Err says which.
-func (l *Lock) Lost() <-chan struct{} { return l.lost }
-
-// Err is nil while the lock is held; after Lost is closed it is a *LostError or ErrReleased.
-func (l *Lock) Err() error {
+// err is nil while the lock is held, then a *LostError or ErrReleased (LockInfo.Err).
+func (l *Lock) err() error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.lostErr
+}
+
+// LockInfo describes a lock at one moment (Lock.Info). It never includes the lock's
+// secret value.
+type LockInfo struct {
+	Key   string
+	Token int64 // the fencing token, 0 without fencing
+	// AcquiredAt is when Acquire was called (so time.Since(AcquiredAt) includes the wait).
+	AcquiredAt time.Time
+	// Attempts is how many Redlock rounds the acquire took (0 for a handed lock).
+	Attempts int
+	// Waited reports whether the acquire found the key held (by another client, or by
+	// an earlier caller of this one) and waited for it.
+	Waited bool
+	// Handed reports whether the lock was handed over by the previous holder in this
+	// process instead of being taken in Redis (Options.HandoffLimit).
+	Handed   bool
+	Renewals int           // successful renewals
+	Validity time.Duration // the safe time left, 0 once lost or released
+	// Err is nil while the lock is held, then a *LostError or ErrReleased: the cause of
+	// Context's context.
+	Err error
+}
+
+// Info describes the lock now.
+func (l *Lock) Info() LockInfo {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	i := LockInfo{Key: l.key, Token: l.token, AcquiredAt: l.acquiredAt, Attempts: l.attempts, Waited: l.waited,
+		Handed: l.handed, Renewals: l.renewals, Err: l.lostErr}
+	if l.lostErr == nil && !l.released {
+		i.Validity = max(time.Until(l.until), 0)
+	}
+	return i
+}
+
+// Context returns a copy of parent that is also cancelled the moment the lock can no
+// longer be trusted, with a *LostError as its cause (context.Cause): its validity ended
+// without a renewal, a majority says someone else holds it or has no key, maxHold was
+// reached, or ForceRelease. It is cancelled with ErrReleased when the lock is released.
+// Run the work the lock protects under it. No goroutine waits meanwhile. Call cancel
+// when done with it, as for context.WithCancel.
+func (l *Lock) Context(parent context.Context) (ctx context.Context, cancel context.CancelFunc) {
+	cctx, cancelCause := context.WithCancelCause(parent)
+	if l.done.Err() != nil {
+		cancelCause(context.Cause(l.done))
+		return cctx, func() { cancelCause(nil) }
+	}
+	stop := context.AfterFunc(l.done, func() { cancelCause(context.Cause(l.done)) })
+	return cctx, func() {
+		stop()
+		cancelCause(nil)
+	}
 }
 
 func (l *Lock) onExpiry() {
@@ -128,7 +156,7 @@ func (l *Lock) onExpiry() {
 	l.mu.Unlock()
 }
 
-func (l *Lock) markLost(reason string) {
+func (l *Lock) markLost(reason LostReason) {
 	l.mu.Lock()
 	l.markLostLocked(&LostError{Key: l.key, Reason: reason})
 	l.mu.Unlock()
@@ -146,64 +174,16 @@ func (l *Lock) markLostLocked(err error) {
 	if l.maxHold != nil {
 		l.maxHold.Stop()
 	}
-	close(l.lost)
-	for _, h := range l.lostHooks {
-		h.run(err)
-	}
-	l.lostHooks = nil
+	l.endDone(err)
 }
 
-// lostHook is one OnLost callback; its state is guarded by the lock's mu.
-type lostHook struct {
-	f       func(error)
-	stopped bool
-}
-
-func (h *lostHook) run(err error) { go h.f(err) }
-
-// OnLost arranges for f to run, in a goroutine of its own, once the lock is lost
-// (validity ended, taken, vanished, max hold, force release), with the *LostError; at
-// once if it is lost already. It does not run when the lock is released. No goroutine
-// waits meanwhile, unlike a select on Lost. stop cancels it and reports whether f will
-// never run (false: f has been started); stop may be called more than once.
-func (l *Lock) OnLost(f func(error)) (stop func() bool) {
-	h := &lostHook{f: f}
-	l.mu.Lock()
-	switch {
-	case l.lostErr != nil && errors.Is(l.lostErr, ErrLost):
-		h.run(l.lostErr)
-		l.mu.Unlock()
-		return func() bool { return false }
-	case l.lostErr != nil: // released: it will never be lost
-		h.stopped = true
-	default:
-		l.lostHooks = append(l.lostHooks, h)
-	}
-	l.mu.Unlock()
-	return func() bool {
-		l.mu.Lock()
-		defer l.mu.Unlock()
-		if h.stopped {
-			return true
-		}
-		for i, o := range l.lostHooks {
-			if o == h {
-				l.lostHooks = append(l.lostHooks[:i], l.lostHooks[i+1:]...)
-				h.stopped = true
-				return true
-			}
-		}
-		return false // taken off the list by markLostLocked: f was started
-	}
-}
-
-// Extend renews the lock on all nodes at once. It succeeds only if a quorum renewed
-// within the current validity; the new validity is counted from the moment Extend began.
-// Nodes where the key vanished (a restarted node) are re-taken with our value. An error
-// that errors.Is ErrLost means the lock is gone for good; other errors are transient
-// (retry while Validity() > 0).
-func (l *Lock) Extend(ctx context.Context) (time.Duration, error) {
-	if err := l.Err(); err != nil {
+// extend renews the lock on all nodes at once, outside KeepAlive's schedule (tests use
+// it). It succeeds only if a quorum renewed within the current validity; the new validity
+// is counted from the moment extend began. Nodes where the key vanished (a restarted
+// node) are re-taken with our value. A *LostError means the lock is gone for good; other
+// errors are transient (retry while validity() > 0).
+func (l *Lock) extend(ctx context.Context) (time.Duration, error) {
+	if err := l.err(); err != nil {
 		return 0, err
 	}
 	// Counted as a renewal in flight, so that Release waits for it: its re-takes must not
@@ -212,12 +192,12 @@ func (l *Lock) Extend(ctx context.Context) (time.Duration, error) {
 		return 0, ErrReleased
 	}
 	defer l.c.renewer.end(l)
-	ctx, cancel := context.WithDeadline(ctx, l.Until())
+	ctx, cancel := context.WithDeadline(ctx, l.validUntil())
 	defer cancel()
 	if err := l.c.extendBatch(ctx, []*Lock{l})[0]; err != nil {
 		return 0, err
 	}
-	return l.Validity(), nil
+	return l.validity(), nil
 }
 
 // applyExtend records one renewal round's outcome for this lock: yes nodes renewed it,
@@ -252,7 +232,7 @@ func (l *Lock) applyExtend(start time.Time, yes, no, absent int, errs []error) e
 			reason = LostVanished
 		}
 		l.markLost(reason)
-		return l.Err()
+		return l.err()
 	}
 	return fmt.Errorf("redlock: extend %q: renewed on %d of %d nodes, need %d: %w", l.key, yes, len(c.nodes), c.quorum, errors.Join(errs...))
 }
@@ -374,7 +354,7 @@ func (l *Lock) endLocally() bool {
 	}
 	if l.lostErr == nil {
 		l.lostErr = ErrReleased
-		close(l.lost)
+		l.endDone(ErrReleased)
 	}
 	return held
 }

@@ -32,8 +32,8 @@ func TestAcquireAllTransfersNoDeadlock(t *testing.T) {
 						t.Errorf("transfer %v: %v", p, err)
 						return
 					}
-					if len(locks) != 2 || locks[0].Key() >= locks[1].Key() {
-						t.Errorf("locks not in sorted order: %v %v", locks[0].Key(), locks[1].Key())
+					if len(locks) != 2 || locks[0].key >= locks[1].key {
+						t.Errorf("locks not in sorted order: %v %v", locks[0].key, locks[1].key)
 					}
 					for _, acct := range p {
 						if n := inside[acct[0]-'a'].Add(1); n != 1 {
@@ -97,7 +97,7 @@ func TestAcquireAllAllOrNothing(t *testing.T) {
 	// Every mode: a shared set and a limited set.
 	for _, o := range []AcquireOptions{{Shared: true}, {Limit: 2}} {
 		locks, err := a.AcquireAll(context.Background(), []string{"m2", "m1"}, o)
-		if err != nil || !slices.EqualFunc(locks, []string{"m1", "m2"}, func(l *Lock, k string) bool { return l.Key() == k }) {
+		if err != nil || !slices.EqualFunc(locks, []string{"m1", "m2"}, func(l *Lock, k string) bool { return l.key == k }) {
 			t.Fatalf("%+v: %v", o, err)
 		}
 		for _, l := range locks {

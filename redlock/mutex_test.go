@@ -65,17 +65,17 @@ func TestReleaseNeverDeletesAnotherHoldersKey(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	<-la.Lost() // expires: nobody renews it
-	if !errors.Is(la.Err(), ErrLost) {
-		t.Fatalf("lost reason = %v, want ErrLost", la.Err())
+	<-la.done.Done() // expires: nobody renews it
+	if !isLost(la.err()) {
+		t.Fatalf("lost reason = %v, want a LostError", la.err())
 	}
 	lb, err := b.Acquire(ctx, "k", AcquireOptions{Wait: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer lb.Release(ctx)
-	if _, err := la.Extend(ctx); !errors.Is(err, ErrLost) {
-		t.Fatalf("extend of expired lock: %v, want ErrLost", err)
+	if _, err := la.extend(ctx); !isLost(err) {
+		t.Fatalf("extend of expired lock: %v, want a LostError", err)
 	}
 	_ = la.Release(ctx)
 	st, err := b.Inspect(ctx, "k")
@@ -108,13 +108,13 @@ func TestExtendAfterTakeoverReportsLoss(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer lb.Release(ctx)
-	_, err = la.Extend(ctx)
+	_, err = la.extend(ctx)
 	var lost *LostError
 	if !errors.As(err, &lost) || lost.Reason != LostTaken {
 		t.Fatalf("extend after takeover: %v, want LostError{taken}", err)
 	}
 	select {
-	case <-la.Lost():
+	case <-la.done.Done():
 	default:
 		t.Fatal("Lost() not closed after a definitive extend failure")
 	}

@@ -10,8 +10,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"log/slog"
+
 	"github.com/redis/go-redis/v9"
-	"go.uber.org/zap"
 
 	"github.com/caddy-redlock/caddy-redlock/internal/redact"
 )
@@ -50,18 +51,18 @@ type node struct {
 	errors      uint64
 }
 
-// NodeStatus is a snapshot of one node for the admin API.
+// NodeStatus is one node's health at one moment (Status.Nodes).
 type NodeStatus struct {
-	Address          string        `json:"address"`
-	Up               bool          `json:"up"`
-	Checked          bool          `json:"checked"`
-	LastRTT          time.Duration `json:"-"`
-	LastError        string        `json:"last_error,omitempty"`
-	LastErrorAt      time.Time     `json:"last_error_at,omitzero"`
-	LastCheck        time.Time     `json:"last_check,omitzero"`
-	RunID            string        `json:"run_id,omitempty"`
-	QuarantinedUntil time.Time     `json:"quarantined_until,omitzero"`
-	Errors           uint64        `json:"errors"`
+	Address   string        // never with a password
+	Up        bool          // its last command or health check succeeded
+	Checked   bool          // it has been checked at least once
+	LastRTT   time.Duration // of the last health check
+	LastError string        // the last failure, if any
+	// LastErrorAt and LastCheck are when the last failure and the last health check were.
+	LastErrorAt, LastCheck time.Time
+	RunID                  string    // the server's run_id: a change means a restart
+	QuarantinedUntil       time.Time // a restarted node does not vote before then (voting.go)
+	Errors                 uint64    // failed commands so far
 }
 
 // parseNodeURL accepts redis://, rediss:// (TLS), unix:// and bare host:port (connect.go).
@@ -217,7 +218,7 @@ func (n *node) observe(info string) {
 	n.mu.Unlock()
 	if !until.IsZero() {
 		n.c.opt.Logger.Warn("redis node restarted; it will not vote until its quarantine ends",
-			zap.String("node", n.addr), zap.String("previous_run_id", prev), zap.String("run_id", id), zap.Time("quarantined_until", until))
+			slog.String("node", n.addr), slog.String("previous_run_id", prev), slog.String("run_id", id), slog.Time("quarantined_until", until))
 	}
 }
 

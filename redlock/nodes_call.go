@@ -2,6 +2,7 @@ package redlock
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -9,35 +10,44 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// onAll runs f on every node at once (skipping those marked in skip), each bounded by
-// node_timeout, and returns as soon as need nodes said yes or that became impossible (need <= 0: wait for all).
-// Replies still on the way finish on their own timeout into a buffered channel.
-func (c *Client) onAll(ctx context.Context, op string, skip []bool,
-	f func(context.Context, *node) (bool, error), need int) (yes, no int, errs []error) {
+// The two ways a client sends a command to every node: node.call for the scripts of the
+// lock path (acquire, release), which go through each node's batcher, and onAll for the
+// rest (commit, extend, retake, inspect, force release), each on a connection of its own.
+// Both bound every call by node_timeout and record it for the Observer.
+
+// errNotAsked is what f returns for a node it does not send anything to: onAll neither
+// sends nor records anything for it, and returns it (with the node's address) as that
+// node's error.
+var errNotAsked = errors.New("not asked")
+
+// onAll runs f on every node at once, each call bounded by node_timeout and recorded as
+// op, and returns as soon as need nodes said yes or that became impossible (need <= 0:
+// when every node answered). Errors name their node. Replies still on the way finish on
+// their own timeout into a buffered channel: with need > 0, f must not write anything
+// the caller reads.
+func (c *Client) onAll(ctx context.Context, op string, need int,
+	f func(ctx context.Context, i int, nd *node) (bool, error)) (yes, no int, errs []error) {
 	type reply struct {
 		yes bool
 		err error
 	}
 	replies := make(chan reply, len(c.nodes))
-	sent := 0
 	for i, nd := range c.nodes {
-		if skip != nil && skip[i] {
-			continue
-		}
-		sent++
 		go func() {
 			cctx, cancel := context.WithTimeout(ctx, c.opt.NodeTimeout)
 			defer cancel()
 			t0 := time.Now()
-			ok, err := f(cctx, nd)
-			nd.record(op, time.Since(t0), err)
+			ok, err := f(cctx, i, nd)
+			if !errors.Is(err, errNotAsked) {
+				nd.record(op, time.Since(t0), err)
+			}
 			if err != nil {
 				err = fmt.Errorf("%s: %w", nd.addr, err)
 			}
 			replies <- reply{ok, err}
 		}()
 	}
-	for i := 0; i < sent; i++ {
+	for range c.nodes {
 		r := <-replies
 		switch {
 		case r.err != nil:
@@ -47,7 +57,7 @@ func (c *Client) onAll(ctx context.Context, op string, skip []bool,
 		default:
 			no++
 		}
-		if need > 0 && (yes >= need || no+len(errs) > sent-need) {
+		if need > 0 && (yes >= need || no+len(errs) > len(c.nodes)-need) {
 			break
 		}
 	}

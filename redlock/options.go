@@ -2,23 +2,27 @@ package redlock
 
 import (
 	"crypto/tls"
+	"errors"
 	"fmt"
+	"strings"
 	"time"
 
+	"log/slog"
+
 	"github.com/redis/go-redis/v9"
-	"go.uber.org/zap"
 )
 
-// Defaults for Options. The ratios follow the Redis "Distributed Locks with Redis" page:
-// the per-node timeout is small against the ttl so a dead node costs little of the validity.
+// Defaults for Options (Options.Resolve), the one home of the plugin's lock defaults too.
+// The ratios follow the Redis "Distributed Locks with Redis" page: the per-node timeout
+// is small against the ttl so a dead node costs little of the validity.
 const (
-	DefaultPrefix         = "redlock:"
-	DefaultTTL            = 10 * time.Second
-	DefaultNodeTimeout    = 100 * time.Millisecond
-	DefaultDriftFactor    = 0.01
-	DefaultRetryDelayMin  = 25 * time.Millisecond
-	DefaultRetryDelayMax  = 250 * time.Millisecond
-	DefaultHealthInterval = time.Second
+	defaultPrefix         = "redlock:"
+	defaultTTL            = 10 * time.Second
+	defaultNodeTimeout    = 100 * time.Millisecond
+	defaultDriftFactor    = 0.01
+	defaultRetryDelayMin  = 25 * time.Millisecond
+	defaultRetryDelayMax  = 250 * time.Millisecond
+	defaultHealthInterval = time.Second
 	// fencingCounterTTL is how long an unused fencing counter lives. A counter created
 	// again starts from the node's clock (see doc.go), so expiry never lowers tokens.
 	fencingCounterTTL = time.Hour
@@ -50,8 +54,8 @@ type Options struct {
 	HealthInterval time.Duration
 	// HandoffLimit is how many times in a row a released lock may be handed straight to
 	// the next waiter of this client for the same key (no Redis round trip) before it is
-	// released in Redis so other clients get their turn. Default DefaultHandoffLimit,
-	// at most MaxHandoffLimit (with fencing, every acquire reserves that many tokens, in
+	// released in Redis so other clients get their turn. Default 8, at most 64 (with
+	// fencing, every acquire reserves that many tokens, in
 	// µs of the nodes' clocks); negative disables handoffs.
 	HandoffLimit int
 	// DisablePipelining sends every acquire and release script on a connection of its
@@ -71,8 +75,9 @@ type Options struct {
 	// OnConnect, the timeouts and MaxRetries: the lock's safety relies on them. The
 	// Client closes the clients it was given on Close.
 	ClientBuilder func(opt *redis.Options) (*redis.Client, error)
-	// Logger receives warnings about nodes (restarts, duplicates). Default: no logging.
-	Logger *zap.Logger
+	// Logger receives warnings about nodes (restarts, unusable nodes, duplicates).
+	// Default: no logging.
+	Logger *slog.Logger
 	// Observer, if set, is told about every node call (for metrics). It must not block.
 	Observer Observer
 }
@@ -83,68 +88,80 @@ type Observer interface {
 	// "release", "commit", "health", "inspect", "force_release" or "subscribe" (a failed
 	// subscription to release notices, with rtt 0).
 	NodeCall(node, op string, rtt time.Duration, err error)
-	// Renewal reports one KeepAlive renewal: nil, a transient error, or one that
-	// errors.Is ErrLost.
+	// Renewal reports one KeepAlive renewal: nil, a transient error, or a *LostError.
 	Renewal(err error)
 }
 
 func (o Options) withDefaults() Options {
 	if o.Prefix == "" {
-		o.Prefix = DefaultPrefix
+		o.Prefix = defaultPrefix
 	}
 	if o.TTL == 0 {
-		o.TTL = DefaultTTL
+		o.TTL = defaultTTL
 	}
 	if o.MaxTTL == 0 {
 		o.MaxTTL = o.TTL
 	}
 	if o.NodeTimeout == 0 {
-		o.NodeTimeout = DefaultNodeTimeout
+		o.NodeTimeout = defaultNodeTimeout
 	}
 	if o.DriftFactor == 0 {
-		o.DriftFactor = DefaultDriftFactor
+		o.DriftFactor = defaultDriftFactor
 	}
 	if o.RetryDelayMin == 0 && o.RetryDelayMax == 0 {
-		o.RetryDelayMin, o.RetryDelayMax = DefaultRetryDelayMin, DefaultRetryDelayMax
+		o.RetryDelayMin, o.RetryDelayMax = defaultRetryDelayMin, defaultRetryDelayMax
 	} else if o.RetryDelayMax == 0 {
 		o.RetryDelayMax = o.RetryDelayMin
 	}
 	if o.HealthInterval == 0 {
-		o.HealthInterval = DefaultHealthInterval
+		o.HealthInterval = defaultHealthInterval
 	}
 	if o.HandoffLimit == 0 {
-		o.HandoffLimit = DefaultHandoffLimit
+		o.HandoffLimit = defaultHandoffLimit
 	}
 	if o.Logger == nil {
-		o.Logger = zap.NewNop()
+		o.Logger = slog.New(slog.DiscardHandler)
 	}
 	return o
 }
 
-// Validate reports the first invalid option, naming it.
-func (o Options) Validate() error {
+// Resolve returns o with every zero field set to its default, or an error naming the
+// first invalid option (by its Caddyfile name). New resolves its options the same way.
+func (o Options) Resolve() (Options, error) {
 	o = o.withDefaults()
-	switch {
-	case o.TTL <= 0:
-		return fmt.Errorf("redlock: ttl must be > 0, got %v", o.TTL)
-	case o.MaxTTL > maxBound:
-		return fmt.Errorf("redlock: max_ttl must be at most %v, got %v", maxBound, o.MaxTTL)
-	case o.MaxTTL < o.TTL:
-		return fmt.Errorf("redlock: ttl (%v) is above max_ttl (%v): raise max_ttl on every client of these nodes", o.TTL, o.MaxTTL)
-	case o.NodeTimeout <= 0:
-		return fmt.Errorf("redlock: node_timeout must be > 0, got %v", o.NodeTimeout)
-	case o.NodeTimeout >= o.TTL:
-		return fmt.Errorf("redlock: node_timeout (%v) must be smaller than ttl (%v)", o.NodeTimeout, o.TTL)
-	case o.DriftFactor < 0 || o.DriftFactor >= 0.5:
-		return fmt.Errorf("redlock: drift_factor must be in [0, 0.5), got %v", o.DriftFactor)
-	case o.RetryDelayMin < 0 || o.RetryDelayMax < o.RetryDelayMin:
-		return fmt.Errorf("redlock: retry_delay must satisfy 0 <= min <= max, got %v..%v", o.RetryDelayMin, o.RetryDelayMax)
-	case o.HandoffLimit > MaxHandoffLimit:
-		return fmt.Errorf("redlock: handoff limit must be at most %d, got %d", MaxHandoffLimit, o.HandoffLimit)
-	case o.HealthInterval < 0:
-		return fmt.Errorf("redlock: health_interval must be >= 0, got %v", o.HealthInterval)
+	if err := o.validate(); err != nil {
+		return Options{}, err
 	}
-	return validateTTL(o.TTL, o.DriftFactor)
+	return o, nil
+}
+
+// validate reports the first invalid option of resolved options, by its Caddyfile name.
+func (o Options) validate() error {
+	switch {
+	case strings.ContainsRune(o.Prefix, 0):
+		return errors.New("prefix: must not contain a NUL byte") // names.go separates with NUL
+	case o.TTL <= 0:
+		return fmt.Errorf("ttl: must be > 0, got %v", o.TTL)
+	case o.MaxTTL > maxBound:
+		return fmt.Errorf("max_ttl: must be at most %v, got %v", maxBound, o.MaxTTL)
+	case o.MaxTTL < o.TTL:
+		return fmt.Errorf("max_ttl (%v) must be at least ttl (%v): set it to the longest ttl used on these nodes, on every client", o.MaxTTL, o.TTL)
+	case o.NodeTimeout <= 0:
+		return fmt.Errorf("node_timeout: must be > 0, got %v", o.NodeTimeout)
+	case o.NodeTimeout >= o.TTL:
+		return fmt.Errorf("node_timeout (%v) must be smaller than ttl (%v)", o.NodeTimeout, o.TTL)
+	case o.DriftFactor < 0 || o.DriftFactor >= 0.5:
+		return fmt.Errorf("drift_factor: must be > 0 and < 0.5, got %v", o.DriftFactor)
+	case drift(o.TTL, o.DriftFactor)+o.NodeTimeout >= o.TTL:
+		return fmt.Errorf("ttl (%v) leaves no validity after node_timeout and drift_factor", o.TTL)
+	case o.RetryDelayMin < 0 || o.RetryDelayMax < o.RetryDelayMin:
+		return fmt.Errorf("retry_delay: must satisfy 0 <= min <= max, got %v %v", o.RetryDelayMin, o.RetryDelayMax)
+	case o.HandoffLimit > maxHandoffLimit:
+		return fmt.Errorf("handoff limit: must be at most %d, got %d", maxHandoffLimit, o.HandoffLimit)
+	case o.HealthInterval < 0:
+		return fmt.Errorf("health_interval: must be >= 0, got %v", o.HealthInterval)
+	}
+	return nil
 }
 
 // validateTTL refuses a ttl that leaves no validity once drift is taken off.

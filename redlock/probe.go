@@ -7,8 +7,9 @@ import (
 	"sync"
 	"time"
 
+	"log/slog"
+
 	"github.com/redis/go-redis/v9"
-	"go.uber.org/zap"
 )
 
 // The permission probe: a node that answers INFO may still refuse what locks need (an
@@ -165,9 +166,9 @@ func (n *node) afterCheck(ctx context.Context, timeout time.Duration) {
 	p.mu.Unlock()
 	switch {
 	case warn:
-		n.c.opt.Logger.Warn("redis node unusable", zap.String("node", n.addr), zap.String("error", problem))
+		n.c.opt.Logger.Warn("redis node unusable", slog.String("node", n.addr), slog.String("error", problem))
 	case problem == "" && prev != "":
-		n.c.opt.Logger.Info("redis node usable again", zap.String("node", n.addr))
+		n.c.opt.Logger.Info("redis node usable again", slog.String("node", n.addr))
 	}
 }
 

@@ -36,11 +36,11 @@ type forceMark struct {
 const forcedMemory = time.Minute
 
 type keyQueue struct {
-	key     string
-	busy    bool     // a caller owns the turn
-	waiters []waiter // FIFO
-	refs    int      // owner + waiters; the queue is dropped at 0
-	watch   *watch   // release-notice subscription, while someone waits
+	key       string
+	turnTaken bool     // a caller owns the turn
+	waiters   []waiter // FIFO
+	refs      int      // owner + waiters; the queue is dropped at 0
+	watch     *watch   // release-notice subscription, while someone waits
 	// handed is the lock that comes with the turn when the previous holder handed it
 	// over; the waiter whose channel was closed takes it.
 	handed *Lock
@@ -118,18 +118,18 @@ func (qs *queues) endForce(key string) {
 // turn waits for the key's turn. On success the caller owns the turn and must give it
 // back exactly once (done, or by releasing the lock it got); the returned lock is non-nil
 // when the previous holder handed its lock over with the turn.
-func (qs *queues) turn(ctx context.Context, key string, w waiter) (*keyQueue, *Lock, error) {
+func (qs *queues) turn(ctx context.Context, key string, w waiter) (q *keyQueue, handed *Lock, queued bool, err error) {
 	qs.mu.Lock()
-	q := qs.m[key]
+	q = qs.m[key]
 	if q == nil {
 		q = &keyQueue{key: key}
 		qs.m[key] = q
 	}
 	q.refs++
-	if !q.busy {
-		q.busy = true
+	if !q.turnTaken {
+		q.turnTaken = true
 		qs.mu.Unlock()
-		return q, nil, nil
+		return q, nil, false, nil
 	}
 	w.ch = make(chan struct{})
 	q.waiters = append(q.waiters, w)
@@ -137,7 +137,7 @@ func (qs *queues) turn(ctx context.Context, key string, w waiter) (*keyQueue, *L
 
 	select {
 	case <-w.ch:
-		return q, qs.takeHanded(q), nil
+		return q, qs.takeHanded(q), true, nil
 	case <-ctx.Done():
 	}
 	qs.mu.Lock()
@@ -146,7 +146,7 @@ func (qs *queues) turn(ctx context.Context, key string, w waiter) (*keyQueue, *L
 			q.waiters = append(q.waiters[:i], q.waiters[i+1:]...)
 			qs.dropRefLocked(q)
 			qs.mu.Unlock()
-			return nil, nil, ctx.Err()
+			return nil, nil, true, ctx.Err()
 		}
 	}
 	qs.mu.Unlock()
@@ -156,7 +156,7 @@ func (qs *queues) turn(ctx context.Context, key string, w waiter) (*keyQueue, *L
 	} else {
 		qs.done(q, false)
 	}
-	return nil, nil, ctx.Err()
+	return nil, nil, true, ctx.Err()
 }
 
 func (qs *queues) takeHanded(q *keyQueue) *Lock {
@@ -177,7 +177,7 @@ func (qs *queues) done(q *keyQueue, yield bool) {
 		q.handed, q.yield = nil, yield
 		close(next.ch)
 	} else {
-		q.busy, q.yield = false, false
+		q.turnTaken, q.yield = false, false
 	}
 	w := qs.dropRefLocked(q)
 	qs.mu.Unlock()

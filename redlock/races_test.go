@@ -32,12 +32,12 @@ func TestForceReleaseRacingAcquire(t *testing.T) {
 		if l == nil {
 			continue
 		}
-		if l.Err() == nil {
+		if l.err() == nil {
 			st, err := c.Inspect(ctx, "forced")
 			if err != nil {
 				t.Fatal(err)
 			}
-			if !st.HeldHere && l.Err() == nil {
+			if !st.HeldHere && l.err() == nil {
 				t.Fatalf("round %d: Acquire returned a valid lock whose keys a force release deleted (present on %d nodes)", i, st.Present)
 			}
 		}
@@ -58,11 +58,11 @@ func TestExtendRacingRelease(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := rc.Del(ctx, DefaultPrefix+"extend").Err(); err != nil { // node 2 lost it: Extend re-takes it
+		if err := rc.Del(ctx, defaultPrefix+"extend").Err(); err != nil { // node 2 lost it: Extend re-takes it
 			t.Fatal(err)
 		}
 		var wg sync.WaitGroup
-		wg.Go(func() { _, _ = l.Extend(ctx) })
+		wg.Go(func() { _, _ = l.extend(ctx) })
 		wg.Go(func() {
 			time.Sleep(time.Duration(i%6) * 50 * time.Microsecond)
 			_ = l.Release(ctx)
@@ -71,7 +71,7 @@ func TestExtendRacingRelease(t *testing.T) {
 		// The release returns at a quorum of deletes; node 2's may still be on its way,
 		// but a re-take that landed after it would stand for a whole ttl (2s).
 		for deadline := time.Now().Add(time.Second); ; {
-			n, err := rc.Exists(ctx, DefaultPrefix+"extend").Result()
+			n, err := rc.Exists(ctx, defaultPrefix+"extend").Result()
 			if err == nil && n == 0 {
 				break
 			}

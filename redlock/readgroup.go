@@ -63,7 +63,7 @@ func (rg *readGroups) open(l *Lock) {
 	if rg.m == nil {
 		rg.m = map[string]*readGroup{}
 	}
-	g.until = l.Until()
+	g.until = l.validUntil()
 	rg.m[l.key] = g
 	l.mu.Lock()
 	l.group = g // under l.mu: its timers and a force release may read it already

@@ -5,10 +5,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
-	"go.uber.org/zap"
+	"log/slog"
 )
 
 // maxBatch bounds the keys in one extend call, so one script never blocks a node long.
@@ -56,8 +57,8 @@ func (r *renewer) stopIfIdle(l *Lock) bool {
 	return true
 }
 
-// begin counts a manual Extend of l as a renewal in flight, unless l was released
-// (remove ran): then it reports false and the Extend must not run.
+// begin counts an extend of l as a renewal in flight, unless l was released
+// (remove ran): then it reports false and the extend must not run.
 func (r *renewer) begin(l *Lock) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -69,7 +70,7 @@ func (r *renewer) begin(l *Lock) bool {
 	return true
 }
 
-// end is begin's counterpart, once the Extend is done.
+// end is begin's counterpart, once the extend is done.
 func (r *renewer) end(l *Lock) {
 	r.mu.Lock()
 	l.renewInFlight--
@@ -127,7 +128,7 @@ func (r *renewer) due() ([]*Lock, time.Duration) {
 			break
 		}
 		heap.Pop(&r.h)
-		if l.Err() != nil {
+		if l.err() != nil {
 			continue // lost (e.g. force released) but not yet released: never renew it again
 		}
 		l.renewing.Add(1) // under mu, and only while not stopped: never after remove's Wait
@@ -150,8 +151,8 @@ func (r *renewer) renew(batch []*Lock) {
 			obs.Renewal(err)
 		}
 		switch {
-		case errors.Is(err, ErrLost):
-			r.c.opt.Logger.Debug("lock lost during renewal", zap.String("key", l.key), zap.Error(err))
+		case isLost(err):
+			r.c.opt.Logger.Debug("lock lost during renewal", slog.String("key", l.key), slog.Any("error", err))
 		case errors.Is(err, ErrReleased):
 		case l.stopped:
 		default:
@@ -177,32 +178,19 @@ func (c *Client) extendBatch(ctx context.Context, locks []*Lock) []error {
 	start := time.Now()
 	keys, argv := lockArgs(locks)
 	replies := make([][]int64, len(c.nodes))
-	nodeErrs := make([]error, len(c.nodes))
-	c.eachNode(func(i int, nd *node) {
+	_, _, errs := c.onAll(ctx, "extend", 0, func(cctx context.Context, i int, nd *node) (bool, error) {
 		if !nd.quarantinedUntil(time.Now()).IsZero() {
-			nodeErrs[i] = fmt.Errorf("%s: quarantined after restart", nd.addr)
-			return
+			return false, fmt.Errorf("quarantined after restart: %w", errNotAsked)
 		}
-		cctx, cancel := context.WithTimeout(ctx, c.opt.NodeTimeout)
-		defer cancel()
-		t0 := time.Now()
 		r, err := extendScript.Run(cctx, nd.client, keys, argv...).Int64Slice()
 		if err == nil && len(r) != len(locks) {
 			err = fmt.Errorf("unexpected extend reply of %d items for %d keys", len(r), len(locks))
 		}
-		nd.record("extend", time.Since(t0), err)
-		if err != nil {
-			nodeErrs[i] = fmt.Errorf("%s: %w", nd.addr, err)
-			return
+		if err == nil {
+			replies[i] = r
 		}
-		replies[i] = r
+		return true, err
 	})
-	var errs []error
-	for _, err := range nodeErrs {
-		if err != nil {
-			errs = append(errs, err)
-		}
-	}
 	out := make([]error, len(locks))
 	retake := make([][]*Lock, len(c.nodes)) // per node, the renewed locks it is missing
 	for j, l := range locks {
@@ -220,7 +208,7 @@ func (c *Client) extendBatch(ctx context.Context, locks []*Lock) []error {
 		}
 		out[j] = l.applyExtend(start, yes, no, absent, errs)
 		if g := l.readGroup(); out[j] == nil && g != nil {
-			c.readers.renewed(g, l.Until())
+			c.readers.renewed(g, l.validUntil())
 		}
 		// Readers are not re-taken: an entry put back would have to be put back with
 		// the name's marker, and a quorum of entries keeps the reader safe without it.
@@ -239,16 +227,15 @@ func (c *Client) extendBatch(ctx context.Context, locks []*Lock) []error {
 // retake puts renewed locks back on the nodes that lost them. Best effort: the locks
 // already hold on a quorum; a failure only leaves a node out until the next renewal.
 func (c *Client) retake(ctx context.Context, perNode [][]*Lock) {
-	c.eachNode(func(i int, nd *node) {
+	if !slices.ContainsFunc(perNode, func(ls []*Lock) bool { return len(ls) > 0 }) {
+		return
+	}
+	c.onAll(ctx, "retake", 0, func(cctx context.Context, i int, nd *node) (bool, error) {
 		if len(perNode[i]) == 0 {
-			return
+			return false, errNotAsked
 		}
 		keys, argv := lockArgs(perNode[i])
-		cctx, cancel := context.WithTimeout(ctx, c.opt.NodeTimeout)
-		defer cancel()
-		t0 := time.Now()
-		err := retakeScript.Run(cctx, nd.client, keys, argv...).Err()
-		nd.record("retake", time.Since(t0), err)
+		return true, retakeScript.Run(cctx, nd.client, keys, argv...).Err()
 	})
 }
 
@@ -269,15 +256,6 @@ func lockArgs(locks []*Lock) ([]string, []any) {
 		}
 	}
 	return keys, argv
-}
-
-// eachNode runs f for every node at once and waits for all of them.
-func (c *Client) eachNode(f func(i int, nd *node)) {
-	var wg sync.WaitGroup
-	for i, nd := range c.nodes {
-		wg.Go(func() { f(i, nd) })
-	}
-	wg.Wait()
 }
 
 // renewHeap orders kept-alive locks by their next renewal.

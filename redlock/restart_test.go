@@ -2,7 +2,6 @@ package redlock
 
 import (
 	"context"
-	"errors"
 	"testing"
 	"time"
 
@@ -34,27 +33,27 @@ func TestRestartedNodesDoNotVoteDuringQuarantine(t *testing.T) {
 	if err == nil {
 		t.Fatal("B acquired while A's lock was still valid: restarted nodes voted")
 	}
-	if la.Validity() > 0 && !errors.Is(err, ErrUnavailable) && !errors.Is(err, ErrBusy) {
+	if la.validity() > 0 && !isUnavailable(err) && !isBusy(err) {
 		t.Fatalf("unexpected error: %v", err)
 	}
 	// Both restarts are seen (by a new connection or the next health check) and quarantined.
 	eventually(t, "two nodes quarantined", func() bool {
 		q := 0
-		for _, s := range b.Nodes() {
+		for _, s := range b.Status().Nodes {
 			if !s.QuarantinedUntil.IsZero() {
 				q++
 			}
 		}
 		return q == 2
 	})
-	if _, err := b.Acquire(ctx, "restart", AcquireOptions{}); err == nil && la.Validity() > 0 {
+	if _, err := b.Acquire(ctx, "restart", AcquireOptions{}); err == nil && la.validity() > 0 {
 		t.Fatal("B acquired during the quarantine while A's lock was valid")
 	}
 	// After the quarantine the nodes vote again and B gets the key. Wait for the end of
 	// the quarantine the client reports, not for a fixed time: it starts when the restart
 	// is first seen, which is as late as B's first acquire after it.
 	var end time.Time
-	for _, s := range b.Nodes() {
+	for _, s := range b.Status().Nodes {
 		if s.QuarantinedUntil.After(end) {
 			end = s.QuarantinedUntil
 		}
@@ -85,7 +84,7 @@ func TestNewClientHoldsBackYoungNode(t *testing.T) {
 	}
 	for _, s := range servers[3:] {
 		rc := redis.NewClient(&redis.Options{Addr: s.Addr()})
-		if err := rc.Del(ctx, DefaultPrefix+"young").Err(); err != nil {
+		if err := rc.Del(ctx, defaultPrefix+"young").Err(); err != nil {
 			t.Fatal(err)
 		}
 		rc.Close()
@@ -98,14 +97,14 @@ func TestNewClientHoldsBackYoungNode(t *testing.T) {
 	if err == nil {
 		t.Fatal("new client B acquired the key A holds: the just-restarted node voted")
 	}
-	if !errors.Is(err, ErrBusy) || la.Validity() <= 0 {
-		t.Fatalf("B: %v (A's validity %v), want busy", err, la.Validity())
+	if !isBusy(err) || la.validity() <= 0 {
+		t.Fatalf("B: %v (A's validity %v), want busy", err, la.validity())
 	}
 	waitRunIDs(t, b)
-	if st := b.Nodes()[0]; st.QuarantinedUntil.IsZero() {
+	if st := b.Status().Nodes[0]; st.QuarantinedUntil.IsZero() {
 		t.Fatalf("node 0 not shown as quarantined: %+v", st)
 	}
-	for i, st := range b.Nodes()[1:] {
+	for i, st := range b.Status().Nodes[1:] {
 		if !st.QuarantinedUntil.IsZero() {
 			t.Fatalf("node %d (old) shown quarantined", i+1)
 		}
@@ -123,7 +122,7 @@ func TestFreshNodesVoteAtOnce(t *testing.T) {
 	}
 	_ = l.Release(context.Background())
 	waitRunIDs(t, c)
-	for i, st := range c.Nodes() {
+	for i, st := range c.Status().Nodes {
 		if !st.QuarantinedUntil.IsZero() {
 			t.Fatalf("fresh node %d shown quarantined", i)
 		}

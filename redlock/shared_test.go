@@ -2,7 +2,6 @@ package redlock
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -34,7 +33,7 @@ func wantBusy(t *testing.T, c *Client, key string, o AcquireOptions, why string)
 		_ = l.Release(context.Background())
 		t.Fatalf("%s: acquired, want busy", why)
 	}
-	if !errors.Is(err, ErrBusy) {
+	if !isBusy(err) {
 		t.Fatalf("%s: %v, want busy", why, err)
 	}
 }
@@ -76,7 +75,7 @@ func TestSharedInteropWithPlainSetNX(t *testing.T) {
 	r := mustAcquire(t, c, "doc", read)
 	for _, s := range servers {
 		rc := redis.NewClient(&redis.Options{Addr: s.Addr()})
-		ok, err := rc.SetNX(context.Background(), DefaultPrefix+"doc", "redsync-value", time.Second).Result()
+		ok, err := rc.SetNX(context.Background(), defaultPrefix+"doc", "redsync-value", time.Second).Result()
 		rc.Close()
 		if err != nil || ok {
 			t.Fatalf("plain SET NX on %s while readers hold: ok=%v err=%v", s.Addr(), ok, err)
@@ -88,7 +87,7 @@ func TestSharedInteropWithPlainSetNX(t *testing.T) {
 	waitGone(t, servers, "doc")
 	for _, s := range servers {
 		rc := redis.NewClient(&redis.Options{Addr: s.Addr()})
-		if err := rc.Set(context.Background(), DefaultPrefix+"doc", "redsync-value", 5*time.Second).Err(); err != nil {
+		if err := rc.Set(context.Background(), defaultPrefix+"doc", "redsync-value", 5*time.Second).Err(); err != nil {
 			t.Fatal(err)
 		}
 		rc.Close()
@@ -178,8 +177,8 @@ func TestSharedReaderEntriesExpireOnTheirOwn(t *testing.T) {
 	}
 	_ = mustAcquire(t, b, "doc", read) // crashed: never renewed nor released
 	time.Sleep(1500 * time.Millisecond)
-	if kept.Err() != nil {
-		t.Fatalf("kept-alive reader lost: %v", kept.Err())
+	if kept.err() != nil {
+		t.Fatalf("kept-alive reader lost: %v", kept.err())
 	}
 	wantBusy(t, b, "doc", write, "writer while a renewed reader holds")
 	if err := kept.Release(context.Background()); err != nil {
@@ -264,8 +263,8 @@ func TestSharedForceRelease(t *testing.T) {
 	}
 	_ = r3 // another client's reader: it learns of the loss at its next renewal
 	for _, l := range []*Lock{r1, r2} {
-		if !errors.Is(l.Err(), ErrLost) {
-			t.Fatalf("reader after force release: %v", l.Err())
+		if !isLost(l.err()) {
+			t.Fatalf("reader after force release: %v", l.err())
 		}
 	}
 	w := mustAcquire(t, c, "doc", write)
@@ -331,8 +330,8 @@ func TestSharedReadersOfOneClientShareTheEntry(t *testing.T) {
 	c := newTestClient(t, servers, fastOptions())
 	r1 := mustAcquire(t, c, "doc", read)
 	r2 := mustAcquire(t, c, "doc", read)
-	if r2.Attempts() != 0 || r2.value != r1.value {
-		t.Fatalf("second reader: %d attempts, shares the entry %v; want 0 and true", r2.Attempts(), r2.value == r1.value)
+	if r2.Info().Attempts != 0 || r2.value != r1.value {
+		t.Fatalf("second reader: %d attempts, shares the entry %v; want 0 and true", r2.Info().Attempts, r2.value == r1.value)
 	}
 	if err := r2.KeepAlive(fastOptions().TTL/4, 0); err != nil {
 		t.Fatal(err)
@@ -341,13 +340,13 @@ func TestSharedReadersOfOneClientShareTheEntry(t *testing.T) {
 		t.Fatal(err)
 	}
 	time.Sleep(fastOptions().TTL + 200*time.Millisecond) // past r1's validity: r2 renews the entry
-	if r2.Err() != nil {
-		t.Fatalf("the joiner lost the key after the first reader left: %v", r2.Err())
+	if r2.err() != nil {
+		t.Fatalf("the joiner lost the key after the first reader left: %v", r2.err())
 	}
 	wantBusy(t, newTestClient(t, servers, fastOptions()), "doc", write, "writer while the joiner reads")
 	// The group is long past its join window: a new reader takes an entry of its own.
 	r3 := mustAcquire(t, c, "doc", read)
-	if r3.Attempts() == 0 || r3.value == r2.value {
+	if r3.Info().Attempts == 0 || r3.value == r2.value {
 		t.Fatal("a reader joined a group past its join window")
 	}
 	_ = r3.Release(context.Background())
@@ -367,11 +366,11 @@ func TestSharedLostReaderStopsJoins(t *testing.T) {
 	if _, err := newTestClient(t, servers, fastOptions()).ForceRelease(context.Background(), "doc"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := r1.Extend(context.Background()); !errors.Is(err, ErrLost) {
+	if _, err := r1.extend(context.Background()); !isLost(err) {
 		t.Fatalf("extend after a force release elsewhere: %v, want lost", err)
 	}
 	r2 := mustAcquire(t, c, "doc", read)
-	if r2.Attempts() == 0 || r2.value == r1.value {
+	if r2.Info().Attempts == 0 || r2.value == r1.value {
 		t.Fatal("a reader joined the entry of a lost reader")
 	}
 	_ = r2.Release(context.Background())

@@ -77,13 +77,13 @@ func TestStressHoldersAndTokens(t *testing.T) {
 						continue
 					}
 					acq.Add(1)
-					if l.Handed() {
+					if l.Info().Handed {
 						handed.Add(1)
 					}
 					mu.Lock()
-					if cur != nil && cur.Validity() > 0 {
+					if cur != nil && cur.validity() > 0 {
 						t.Errorf("TWO HOLDERS: %s got token %d while %s holds token %d with validity %v",
-							who, l.Token(), curWho, cur.Token(), cur.Validity())
+							who, l.Token(), curWho, cur.Token(), cur.validity())
 					}
 					if l.Token() <= lastTok {
 						t.Errorf("TOKEN ORDER: %s got token %d after %s had %d", who, l.Token(), lastWho, lastTok)

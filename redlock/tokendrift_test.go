@@ -16,7 +16,7 @@ func counterLead(t *testing.T, s *redistest.Server, key string) int64 {
 	rc := redis.NewClient(&redis.Options{Addr: s.Addr()})
 	defer rc.Close()
 	ctx := context.Background()
-	v, err := rc.Get(ctx, DefaultPrefix+key+counterSuffix).Result()
+	v, err := rc.Get(ctx, defaultPrefix+key+counterSuffix).Result()
 	if err != nil {
 		t.Fatalf("counter on %s: %v", s.Addr(), err)
 	}
@@ -47,7 +47,7 @@ func setCounters(t *testing.T, servers []*redistest.Server, key string, lead tim
 			}
 			value = now.Add(lead).UnixMicro()
 		}
-		if err := rc.Set(ctx, DefaultPrefix+key+counterSuffix, value, time.Hour).Err(); err != nil {
+		if err := rc.Set(ctx, defaultPrefix+key+counterSuffix, value, time.Hour).Err(); err != nil {
 			t.Fatal(err)
 		}
 		rc.Close()
@@ -60,7 +60,7 @@ func TestHandoffLimitCapped(t *testing.T) {
 	opt := fastOptions()
 	opt.HandoffLimit = 1_000_000
 	if _, err := New(redistest.URLs(servers), opt); err == nil {
-		t.Fatalf("HandoffLimit %d accepted, above the cap %d", opt.HandoffLimit, MaxHandoffLimit)
+		t.Fatalf("HandoffLimit %d accepted, above the cap %d", opt.HandoffLimit, maxHandoffLimit)
 	}
 }
 
@@ -70,7 +70,7 @@ func TestHandoffLimitCapped(t *testing.T) {
 func TestReserveDoesNotDriftAhead(t *testing.T) {
 	servers := redistest.StartN(t, 3)
 	opt := fastOptions()
-	opt.HandoffLimit = MaxHandoffLimit
+	opt.HandoffLimit = maxHandoffLimit
 	c := newTestClient(t, servers, opt)
 	ctx := context.Background()
 	setCounters(t, servers, "drift", time.Second)
@@ -92,7 +92,7 @@ func TestReserveDoesNotDriftAhead(t *testing.T) {
 	// Each acquire adds 1 (the grant); the time passing does not count, the counters
 	// being ahead of the clock throughout.
 	if grew := last - first; grew > 2*n {
-		t.Fatalf("tokens grew by %d over %d acquires ahead of the clock: the reserve (%d) drifts them further", grew, n, MaxHandoffLimit)
+		t.Fatalf("tokens grew by %d over %d acquires ahead of the clock: the reserve (%d) drifts them further", grew, n, maxHandoffLimit)
 	}
 }
 
@@ -103,7 +103,7 @@ func TestTokensAfterRollingRestart(t *testing.T) {
 	servers := redistest.StartN(t, 3)
 	opt := fastOptions()
 	opt.TTL = 500 * time.Millisecond // short quarantine
-	opt.HandoffLimit = MaxHandoffLimit
+	opt.HandoffLimit = maxHandoffLimit
 	c := newTestClient(t, servers, opt)
 	waitRunIDs(t, c)
 	ctx := context.Background()
@@ -121,7 +121,7 @@ func TestTokensAfterRollingRestart(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	maxLead := c.tokenLead().Microseconds() + MaxHandoffLimit + 2
+	maxLead := c.tokenLead().Microseconds() + maxHandoffLimit + 2
 	for i, s := range servers {
 		if lead := counterLead(t, s, "rolling"); lead > maxLead {
 			t.Fatalf("node %d: counter %d µs ahead of its clock, want at most the lead and reserve, %d", i, lead, maxLead)
@@ -131,8 +131,8 @@ func TestTokensAfterRollingRestart(t *testing.T) {
 		if err := s.Restart(); err != nil {
 			t.Fatal(err)
 		}
-		eventually(t, "restart seen", func() bool { return !c.Nodes()[i].QuarantinedUntil.IsZero() })
-		time.Sleep(time.Until(c.Nodes()[i].QuarantinedUntil) + 10*time.Millisecond)
+		eventually(t, "restart seen", func() bool { return !c.Status().Nodes[i].QuarantinedUntil.IsZero() })
+		time.Sleep(time.Until(c.Status().Nodes[i].QuarantinedUntil) + 10*time.Millisecond)
 	}
 	l, err := c.Acquire(ctx, "rolling", AcquireOptions{Fencing: true, Wait: 2 * time.Second})
 	if err != nil {

@@ -3,7 +3,7 @@ package redlock
 import (
 	"time"
 
-	"go.uber.org/zap"
+	"log/slog"
 )
 
 // The voting rule: whether a node's grant counts towards a quorum. It is the most
@@ -143,6 +143,6 @@ func (n *node) warnYoung(now time.Time) {
 	n.mu.Unlock()
 	if !warned {
 		n.c.opt.Logger.Warn("redis node started less than a quarantine ago, not together with most nodes: it will not vote until then",
-			zap.String("node", n.addr), zap.String("run_id", id), zap.Time("quarantined_until", n.youngUntil(now)))
+			slog.String("node", n.addr), slog.String("run_id", id), slog.Time("quarantined_until", n.youngUntil(now)))
 	}
 }

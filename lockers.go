@@ -1,0 +1,129 @@
+package caddyredlock
+
+import (
+	"crypto/rand"
+	"log/slog"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"go.uber.org/zap/exp/zapslog"
+
+	"github.com/caddyserver/caddy/v2"
+	"go.uber.org/zap"
+
+	"github.com/caddy-redlock/caddy-redlock/redlock"
+)
+
+// This file holds the lockers shared by all handlers: one redlock.Client per node set and
+// client options, kept across config reloads. The admin module reads them (admin routers
+// are provisioned before the apps and cannot reach handler instances). What keeps a
+// locker open while requests still use it is the request table (requests.go).
+
+// lockerPool maps a lockerKey to a *sharedLocker. A reload provisions the new handlers
+// (LoadOrNew) before the old ones are cleaned up (Delete), so an unchanged node set keeps
+// its connections, subscriptions and held locks.
+var lockerPool = caddy.NewUsagePool()
+
+// lockerKey identifies a redlock.Client: everything that is per client in the redlock
+// package. It holds URLs with passwords, so it is never logged or shown.
+type lockerKey struct {
+	urls        string // expanded URLs, newline-separated
+	prefix      string
+	maxTTL      time.Duration
+	nodeTimeout time.Duration
+	drift       float64
+	retryMin    time.Duration
+	retryMax    time.Duration
+	tls         string // fingerprint of the tls block and its files (tls.go)
+}
+
+// sharedLocker is one redlock.Client in the pool.
+type sharedLocker struct {
+	id     string // random, to tell lockers apart in the admin API
+	name   string // prefix and node addresses, without passwords
+	prefix string
+	client *redlock.Client
+}
+
+// Destruct is called by the pool when the last handler using the locker is gone. Close
+// refuses new acquires but keeps the client alive until its last held lock is released.
+func (s *sharedLocker) Destruct() error { return s.client.Close() }
+
+// lockers lists the lockers in use, sorted by name. For the admin module.
+func lockers() []*sharedLocker {
+	var out []*sharedLocker
+	lockerPool.Range(func(_, v any) bool {
+		if s, ok := v.(*sharedLocker); ok {
+			out = append(out, s)
+		}
+		return true
+	})
+	sort.Slice(out, func(i, j int) bool { return out[i].name+out[i].id < out[j].name+out[j].id })
+	return out
+}
+
+// lockerLease is one handler's reference to a shared locker. The handler's config holds
+// one reference and every running request another, so that a reload that changes the
+// node set does not close the client under requests still waiting on the old handler.
+type lockerLease struct {
+	key    lockerKey
+	shared *sharedLocker
+
+	mu   sync.Mutex
+	refs int
+}
+
+// openLocker loads or creates the shared locker for urls and s, and leases it.
+func openLocker(urls []string, s *settings) (*lockerLease, error) {
+	o := s.lock
+	key := lockerKey{urls: strings.Join(urls, "\n"), prefix: o.Prefix, maxTTL: o.MaxTTL, nodeTimeout: o.NodeTimeout,
+		drift: o.DriftFactor, retryMin: o.RetryDelayMin, retryMax: o.RetryDelayMax, tls: s.tlsKey}
+	v, _, err := lockerPool.LoadOrNew(key, func() (caddy.Destructor, error) {
+		// The client outlives this config: use the process logger, not the module's.
+		o.Logger = slog.New(zapslog.NewHandler(caddy.Log().Named("http.handlers.redlock").Core()))
+		o.Observer = nodeObserver
+		c, err := redlock.New(urls, o)
+		if err != nil {
+			return nil, err
+		}
+		addrs := make([]string, 0, len(urls))
+		for _, n := range c.Status().Nodes {
+			addrs = append(addrs, n.Address)
+		}
+		return &sharedLocker{id: rand.Text()[:8], prefix: o.Prefix, client: c,
+			name: o.Prefix + " @ " + strings.Join(addrs, ",")}, nil
+	})
+	if err != nil {
+		// LoadOrNew removes a failed entry itself: there is no reference to give back.
+		return nil, err
+	}
+	return &lockerLease{key: key, shared: v.(*sharedLocker), refs: 1}, nil
+}
+
+// hold takes a reference for one request. It fails once the handler was cleaned up and
+// its last request finished (the client may then be closed).
+func (l *lockerLease) hold() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.refs == 0 {
+		return false
+	}
+	l.refs++
+	return true
+}
+
+// drop gives back one reference; the last one gives the locker back to the pool.
+func (l *lockerLease) drop() {
+	l.mu.Lock()
+	l.refs--
+	last := l.refs == 0
+	l.mu.Unlock()
+	if last {
+		if _, err := lockerPool.Delete(l.key); err != nil {
+			caddy.Log().Named("http.handlers.redlock").Warn("closing redlock client",
+				zap.String("locker", l.shared.name), zap.Error(err))
+		}
+	}
+}

@@ -1,0 +1,178 @@
+package redlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// This file holds what an operator (an admin API, a CLI) asks of a client: how it and
+// its nodes are doing, what Redis says about one key, and the override that frees a key.
+
+// Status is a client's state at one moment (Client.Status).
+type Status struct {
+	Quorum int          // nodes a lock needs: N/2+1
+	Nodes  []NodeStatus // every node's health, in the order of New's URLs
+	// Held lists the locks this client holds, by key (Lock.Info describes each).
+	Held []*Lock
+	// Waiting counts, per key, the callers of this client queued behind the one that
+	// holds it or contends for it in Redis.
+	Waiting map[string]int
+	// Warnings are configuration problems found by New (even node count, duplicate
+	// addresses). Nodes found later to be one server under several addresses are logged.
+	Warnings []string
+}
+
+// Status reports the client's state.
+func (c *Client) Status() Status {
+	st := Status{Quorum: c.quorum, Nodes: make([]NodeStatus, len(c.nodes)), Waiting: c.queues.waiting(),
+		Warnings: append([]string(nil), c.warnings...)}
+	for i, n := range c.nodes {
+		st.Nodes[i] = n.status()
+	}
+	c.heldMu.Lock()
+	for _, ls := range c.held {
+		st.Held = append(st.Held, ls...)
+	}
+	c.heldMu.Unlock()
+	sort.SliceStable(st.Held, func(i, j int) bool { return st.Held[i].key < st.Held[j].key })
+	return st
+}
+
+// KeyNode is one node's view of a key.
+type KeyNode struct {
+	Node    string        // address, never with a password
+	Present bool          // the node has the key
+	PTTL    time.Duration // its remaining ttl; negative: no expiry (not a Redlock client's key)
+	Ours    bool          // holds this client's current value (readers: read-held, and this client reads)
+	Type    string        // "not a string" when another client's lock of another kind holds the name
+	Readers int           // shared: entries in the readers' set (some may have expired, not yet dropped)
+	Error   string        // the node's failure, if it did not answer
+}
+
+// KeyState is a key seen across all nodes.
+type KeyState struct {
+	Key        string
+	Nodes      []KeyNode // in the order of New's URLs
+	Present    int       // nodes that have the key
+	QuorumHeld bool      // a quorum of nodes hold the same value
+	HeldHere   bool      // that value is this client's
+}
+
+// Inspect reads key on every node (GET and PTTL). Values are compared, never returned.
+func (c *Client) Inspect(ctx context.Context, key string) (KeyState, error) {
+	if err := validateKey(key); err != nil {
+		return KeyState{}, err
+	}
+	nm := c.names(key)
+	var ours string
+	if l := c.holding(key); l != nil {
+		ours = l.value
+		if l.nm.shared {
+			ours = sharedMarker // readers hold the name with the marker
+		}
+	}
+	st := KeyState{Key: key, Nodes: make([]KeyNode, len(c.nodes))}
+	values := make([]string, len(c.nodes))
+	c.onAll(ctx, "inspect", 0, func(cctx context.Context, i int, nd *node) (bool, error) {
+		kn, value, err := inspectNode(cctx, nd, nm, ours)
+		st.Nodes[i], values[i] = kn, value
+		return true, err
+	})
+	count := map[string]int{}
+	for i, kn := range st.Nodes {
+		if kn.Present {
+			st.Present++
+			count[values[i]]++
+		}
+	}
+	for v, n := range count {
+		if n >= c.quorum {
+			st.QuorumHeld = true
+			st.HeldHere = ours != "" && v == ours
+		}
+	}
+	return st, nil
+}
+
+// inspectNode reads key's names on one node: what it holds, and the value to compare
+// across nodes (empty when absent; alike for every foreign holder, never equal to ours).
+func inspectNode(cctx context.Context, nd *node, nm names, ours string) (KeyNode, string, error) {
+	pipe := nd.client.Pipeline()
+	get := pipe.Get(cctx, nm.lock)
+	pttl := pipe.PTTL(cctx, nm.lock)
+	readers := pipe.ZCard(cctx, nm.readers)
+	_, _ = pipe.Exec(cctx)
+	// GET on a key of another type fails with WRONGTYPE: another client's lock of another
+	// kind (e.g. a Redisson hash), held, not by us. (Not asked with TYPE: one command
+	// fewer for the ACL user to be granted.)
+	gerr := get.Err()
+	foreign := gerr != nil && strings.HasPrefix(gerr.Error(), "WRONGTYPE")
+	err := pttl.Err()
+	if gerr != nil && gerr != redis.Nil && !foreign {
+		err = errors.Join(err, gerr)
+	}
+	kn := KeyNode{Node: nd.addr}
+	switch {
+	case err != nil:
+		kn.Error = err.Error()
+	case foreign:
+		kn.Present, kn.PTTL, kn.Type = true, pttl.Val(), "not a string"
+		return kn, "\x00foreign", nil
+	case gerr == nil:
+		kn.Present, kn.PTTL = true, pttl.Val()
+		kn.Ours = ours != "" && get.Val() == ours
+		if get.Val() == sharedMarker {
+			kn.Readers = int(readers.Val())
+		}
+		return kn, get.Val(), nil
+	}
+	return kn, "", err
+}
+
+// ForceRelease deletes key on every node whoever holds it (an operator override) and
+// marks a lock this client holds on it as lost, so its holder stops. It returns how many
+// nodes had the key.
+func (c *Client) ForceRelease(ctx context.Context, key string) (int, error) {
+	if err := validateKey(key); err != nil {
+		return 0, err
+	}
+	// No local handoff of this key while it is being forced: a lock handed on now would
+	// hold keys about to be deleted. The holder (a handoff done before is registered by
+	// then) is marked lost first. A waiter that then takes the key anew in Redis is not
+	// touched: its SETs came after our deletes or are deleted by them (the narrow race
+	// any operator override has; fencing guards it).
+	c.queues.beginForce(key)
+	defer c.queues.endForce(key)
+	held := c.holders(key)
+	for _, l := range held {
+		l.markLost(LostForceReleased)
+	}
+	nm := c.names(key)
+	forceKeys := []string{nm.lock, nm.writer, nm.readers}
+	for _, s := range c.slotNames(key, MaxLimit) {
+		forceKeys = append(forceKeys, s.lock)
+	}
+	ctx = context.WithoutCancel(ctx)
+	deleted, _, errs := c.onAll(ctx, "force_release", 0, func(cctx context.Context, _ int, nd *node) (bool, error) {
+		n, err := forceReleaseScript.Run(cctx, nd.client, forceKeys, nm.channel).Int64()
+		return n > 0, err
+	})
+	// Release the holders marked lost: their renewals stop at once, and compare-and-delete
+	// removes what a renewal in flight may have written back (else a holder draining its
+	// lock would keep renewing the key). Their own Release then finds them released.
+	for _, l := range held {
+		if err := l.Release(ctx); err != nil && !errors.Is(err, ErrReleased) {
+			errs = append(errs, err)
+		}
+	}
+	if len(errs) > 0 {
+		return deleted, fmt.Errorf("redlock: force release %q: %d node(s) failed: %w", key, len(errs), errors.Join(errs...))
+	}
+	return deleted, nil
+}
