@@ -431,6 +431,7 @@ func (c *Client) sendRound(ctx context.Context, nm names, a try, start time.Time
 		argv = []any{"set", nm.lock, value, "nx", "px", a.ttl.Milliseconds()}
 		parse = setReply
 	}
+	cmd := newCommand(script, keys, argv...)
 	for i, nd := range c.nodes {
 		// A node that restarted under our eyes gets nothing until its quarantine ends. A
 		// young one still gets the SET: whether its vote counts is decided with the
@@ -444,7 +445,7 @@ func (c *Client) sendRound(ctx context.Context, nm names, a try, start time.Time
 			rep := parse(cmd)
 			nd.record("acquire", time.Since(t0), rep.err)
 			rd.add(acquireReply(i, nd, rep))
-		}, script, keys, argv...)
+		}, cmd)
 	}
 	return rd
 }

@@ -36,17 +36,44 @@ type batcher struct {
 	batches, sent atomic.Int64 // pipelines and calls sent, for tests and benchmarks
 }
 
-// call is one script invocation (or, with script nil, the plain command args) waiting
-// for its batch.
+// command is what one round or release sends to every node: a script, as EVALSHA (as
+// EVAL with its text after NOSCRIPT), or with script nil the plain command in argv. It is
+// built once and shared, read-only, by every node's call: a lock costs one argument list
+// per round, not one per node.
+type command struct {
+	script *redis.Script
+	keys   []string
+	argv   []any
+	args   []any // as sent: evalsha sha numkeys keys... argv..., or argv
+}
+
+func newCommand(script *redis.Script, keys []string, argv ...any) *command {
+	if script == nil {
+		return &command{argv: argv, args: argv}
+	}
+	args := make([]any, 0, 3+len(keys)+len(argv))
+	args = append(args, "evalsha", script.Hash(), len(keys))
+	for _, k := range keys {
+		args = append(args, k)
+	}
+	return &command{script: script, keys: keys, argv: argv, args: append(args, argv...)}
+}
+
+// call is one node's share of a command, waiting for its batch.
 type call struct {
-	script   *redis.Script
-	keys     []string
-	args     []any
+	cmd      *command
 	deadline time.Time
-	cmd      *redis.Cmd
+	reply    *redis.Cmd // set once sent (or failed)
 	// deliver receives the reply exactly once, on the flusher goroutine (or on the
 	// submitter's, once the client is closed). It must not block.
 	deliver func(*redis.Cmd)
+}
+
+// fail answers c with err, unsent.
+func (c *call) fail(err error) {
+	c.reply = redis.NewCmd(context.Background(), c.cmd.args...)
+	c.reply.SetErr(err)
+	c.deliver(c.reply)
 }
 
 // maxPipeline bounds one batch, so one pipeline never holds a node long.
@@ -79,15 +106,13 @@ func (b *batcher) run(ctx context.Context) {
 	}
 }
 
-// submit queues script for the node; deliver gets the reply by deadline (see above).
-func (b *batcher) submit(deadline time.Time, deliver func(*redis.Cmd), script *redis.Script, keys []string, args ...any) {
-	c := &call{script: script, keys: keys, args: args, deadline: deadline,
-		cmd: redis.NewCmd(context.Background()), deliver: deliver}
+// submit queues cmd for the node; deliver gets the reply by deadline (see above).
+func (b *batcher) submit(deadline time.Time, deliver func(*redis.Cmd), cmd *command) {
+	c := &call{cmd: cmd, deadline: deadline, deliver: deliver}
 	b.mu.Lock()
 	if b.closed {
 		b.mu.Unlock()
-		c.cmd.SetErr(ErrClosed)
-		deliver(c.cmd)
+		c.fail(ErrClosed)
 		return
 	}
 	b.queue = append(b.queue, c)
@@ -112,8 +137,7 @@ func (b *batcher) take() []*call {
 	live := batch[:0]
 	for _, c := range batch {
 		if !now.Before(c.deadline) {
-			c.cmd.SetErr(context.DeadlineExceeded)
-			c.deliver(c.cmd)
+			c.fail(context.DeadlineExceeded)
 			continue
 		}
 		live = append(live, c)
@@ -142,36 +166,29 @@ func (b *batcher) send(ctx context.Context, batch []*call) {
 		b.exec(ctx, retry, true)
 	}
 	for _, c := range batch {
-		c.deliver(c.cmd)
+		c.deliver(c.reply)
 	}
 }
 
-// exec sends calls in one pipeline and stores each reply in its call's cmd; scripts go
-// as EVALSHA, or as EVAL with full.
+// exec sends calls in one pipeline and stores each reply in the call; scripts go as
+// EVALSHA, or as EVAL with full.
 func (b *batcher) exec(ctx context.Context, calls []*call, full bool) {
 	pipe := b.nd.client.Pipeline()
-	cmds := make([]*redis.Cmd, len(calls))
-	for i, c := range calls {
-		if c.script == nil {
-			cmds[i] = pipe.Do(ctx, c.args...)
-			continue
-		}
+	for _, c := range calls {
 		if full {
-			cmds[i] = c.script.Eval(ctx, pipe, c.keys, c.args...)
+			c.reply = c.cmd.script.Eval(ctx, pipe, c.cmd.keys, c.cmd.argv...)
 			continue
 		}
-		cmds[i] = c.script.EvalSha(ctx, pipe, c.keys, c.args...)
+		c.reply = redis.NewCmd(ctx, c.cmd.args...)
+		_ = pipe.Process(ctx, c.reply) // queued: the reply comes with Exec
 	}
-	_, execErr := pipe.Exec(ctx) // per-command errors are in cmds...
-	for i, c := range calls {
-		err := cmds[i].Err()
-		if err == nil && cmds[i].Val() == nil && execErr != nil {
+	_, execErr := pipe.Exec(ctx) // per-command errors are in the replies...
+	for _, c := range calls {
+		if c.reply.Err() == nil && c.reply.Val() == nil && execErr != nil {
 			// ...except when the connection could not be set up (WRONGPASS, NOAUTH):
 			// go-redis then returns the error from Exec only.
-			err = execErr
+			c.reply.SetErr(execErr)
 		}
-		c.cmd.SetVal(cmds[i].Val())
-		c.cmd.SetErr(err)
 	}
 }
 
@@ -183,9 +200,9 @@ func noScriptRetry(calls []*call) []*call {
 	var out []*call
 	seen := false
 	for _, c := range calls {
-		ns := c.cmd.Err() != nil && redis.HasErrorPrefix(c.cmd.Err(), "NOSCRIPT")
+		ns := c.reply.Err() != nil && redis.HasErrorPrefix(c.reply.Err(), "NOSCRIPT")
 		seen = seen || ns
-		if ns || (seen && (c.script == releaseScript || c.script == readReleaseScript)) {
+		if ns || (seen && (c.cmd.script == releaseScript || c.cmd.script == readReleaseScript)) {
 			out = append(out, c)
 		}
 	}
@@ -199,7 +216,6 @@ func (b *batcher) close(err error) {
 	b.queue, b.closed = nil, true
 	b.mu.Unlock()
 	for _, c := range q {
-		c.cmd.SetErr(err)
-		c.deliver(c.cmd)
+		c.fail(err)
 	}
 }

@@ -105,13 +105,12 @@ func TestBatcherNoScriptRetryKeepsOrder(t *testing.T) {
 	const owner, value = "OWNER:", "OWNER:1"
 	deadline := time.Now().Add(time.Second)
 	mk := func(script *redis.Script, keys []string, args ...any) *call {
-		return &call{script: script, keys: keys, args: args, deadline: deadline,
-			cmd: redis.NewCmd(ctx), deliver: func(*redis.Cmd) {}}
+		return &call{cmd: newCommand(script, keys, args...), deadline: deadline, deliver: func(*redis.Cmd) {}}
 	}
 	acq := mk(acquireScript, []string{nm.lock, nm.counter, nm.writer}, value, 5000, owner, "0", 60000, 1, 500)
 	rel := mk(releaseScript, []string{nm.lock}, value, nm.channel, "id")
 	c.nodes[0].batch.send(ctx, []*call{acq, rel})
-	if err := acq.cmd.Err(); err != nil {
+	if err := acq.reply.Err(); err != nil {
 		t.Fatalf("acquire after the script was loaded: %v", err)
 	}
 	if _, ok := rawGet(t, servers[0], "noscript"); ok {

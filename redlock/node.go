@@ -120,13 +120,13 @@ func newNode(c *Client, raw string) (*node, error) {
 // call runs a per-request script on the node and hands the reply to deliver, exactly
 // once and by about the node timeout (or ctx's deadline, if sooner): through the batcher
 // when pipelining, else on a connection and goroutine of its own. deliver must not block.
-func (n *node) call(ctx context.Context, deliver func(*redis.Cmd), script *redis.Script, keys []string, args ...any) {
+func (n *node) call(ctx context.Context, deliver func(*redis.Cmd), cmd *command) {
 	deadline := time.Now().Add(n.c.opt.NodeTimeout)
 	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
 		deadline = d
 	}
 	if n.batch != nil {
-		n.batch.submit(deadline, deliver, script, keys, args...)
+		n.batch.submit(deadline, deliver, cmd)
 		return
 	}
 	go func() {
@@ -135,11 +135,11 @@ func (n *node) call(ctx context.Context, deliver func(*redis.Cmd), script *redis
 		// the rest must still reach their nodes. Each is bounded by its deadline.
 		cctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), deadline)
 		defer cancel()
-		if script == nil {
-			deliver(n.client.Do(cctx, args...))
+		if cmd.script == nil {
+			deliver(n.client.Do(cctx, cmd.argv...))
 			return
 		}
-		deliver(script.Run(cctx, n.client, keys, args...))
+		deliver(cmd.script.Run(cctx, n.client, cmd.keys, cmd.argv...))
 	}()
 }
 

@@ -88,56 +88,70 @@ func (c *Client) releaseOnNodes(ctx context.Context, nm names, value string, ski
 	if sent == 0 {
 		return 0, false, nil
 	}
-	// Collected under a mutex and signalled once, by the last reply: one wake-up for
-	// the caller instead of one per node.
-	var (
-		mu       sync.Mutex
-		left     = sent
-		deleted  int
-		others   bool
-		errs     []error
-		signaled bool
-		done     = make(chan struct{})
-	)
 	script, keys := releaseScript, []string{nm.lock}
 	if nm.shared {
 		script, keys = readReleaseScript, []string{nm.lock, nm.counter, nm.writer, nm.readers}
 	}
+	cmd := newCommand(script, keys, value, nm.channel, c.id)
+	t := &releaseTally{left: sent, quorum: c.quorum, own: own, done: make(chan struct{})}
 	c.pending.add(sent)
 	for i, nd := range c.nodes {
 		if skip != nil && skip[i] {
 			continue
 		}
 		t0 := time.Now()
-		nd.call(ctx, func(cmd *redis.Cmd) {
+		nd.call(ctx, func(reply *redis.Cmd) {
 			defer c.pending.done()
-			r, err := cmd.Int64()
+			r, err := reply.Int64()
 			nd.record("release", time.Since(t0), err)
-			mu.Lock()
-			switch {
-			case err != nil:
-				errs = append(errs, fmt.Errorf("%s: %w", nd.addr, err))
-			case r >= 1:
-				deleted++
+			if err != nil {
+				err = fmt.Errorf("%s: %w", nd.addr, err)
 			}
-			// r = 1 + receivers when deleted. Where our own subscription is not confirmed
-			// this undercounts, never overcounts: a yield is never made up.
-			if r-1-own > 0 {
-				others = true
-			}
-			left--
-			wake := !signaled && (left == 0 || deleted >= c.quorum)
-			signaled = signaled || wake
-			mu.Unlock()
-			if wake {
-				close(done)
-			}
-		}, script, keys, value, nm.channel, c.id)
+			t.add(r, err)
+		}, cmd)
 	}
-	<-done
-	mu.Lock()
-	defer mu.Unlock()
-	return deleted, others, append([]error(nil), errs...)
+	<-t.done
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.deleted, t.others, append([]error(nil), t.errs...)
+}
+
+// releaseTally collects a release's replies, under a mutex, and signals once, by the
+// last reply or the quorum's: one wake-up for the caller instead of one per node.
+type releaseTally struct {
+	mu       sync.Mutex
+	left     int
+	quorum   int
+	own      int64 // receivers of the notice that are this client
+	deleted  int
+	others   bool
+	errs     []error
+	signaled bool
+	done     chan struct{}
+}
+
+// add counts one node's reply: r is 1 + the notice's receivers when it deleted our
+// value, 0 when the node did not have it.
+func (t *releaseTally) add(r int64, err error) {
+	t.mu.Lock()
+	switch {
+	case err != nil:
+		t.errs = append(t.errs, err)
+	case r >= 1:
+		t.deleted++
+	}
+	// Where our own subscription is not confirmed this undercounts, never overcounts: a
+	// yield is never made up.
+	if r-1-t.own > 0 {
+		t.others = true
+	}
+	t.left--
+	wake := !t.signaled && (t.left == 0 || t.deleted >= t.quorum)
+	t.signaled = t.signaled || wake
+	t.mu.Unlock()
+	if wake {
+		close(t.done)
+	}
 }
 
 // pendingCalls counts release calls still on their way, also after their caller
