@@ -76,8 +76,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	if l.waited() {
 		countWaited(mode, resultAcquired, wait)
 	}
-	h.logger.Debug("redlock acquired", zap.String("key", key), zap.String("mode", mode), zap.Int64("wait_ms", wait.Milliseconds()),
-		zap.Int("attempts", l.attempts()), tokenField(l))
+	if ce := h.logger.Check(zap.DebugLevel, "redlock acquired"); ce != nil { // fields only when logged: every request passes here
+		ce.Write(zap.String("key", key), zap.String("mode", mode), zap.Int64("wait_ms", wait.Milliseconds()),
+			zap.Int("attempts", l.attempts()), tokenField(l))
+	}
 	return h.serveLocked(ctx, w, r, next, repl, l, e)
 }
 
@@ -296,7 +298,11 @@ func (h *Handler) release(l heldLocks, e *inflight, r *http.Request) {
 
 // logReleased logs a release at debug level (extra: how it went).
 func (h *Handler) logReleased(l heldLocks, e *inflight, extra zap.Field) {
-	h.logger.Debug("redlock released", zap.String("key", e.key), zap.Int64("held_ms", e.heldFor().Milliseconds()),
+	ce := h.logger.Check(zap.DebugLevel, "redlock released") // fields only when logged: every request passes here
+	if ce == nil {
+		return
+	}
+	ce.Write(zap.String("key", e.key), zap.Int64("held_ms", e.heldFor().Milliseconds()),
 		zap.Int("renewals", l.renewals()), extra, tokenField(l))
 }
 

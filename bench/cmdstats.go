@@ -28,6 +28,8 @@ type cmdCount struct {
 var (
 	redlockInner = map[string]bool{"get": true, "del": true, "publish": true, "pexpire": true, "pttl": true, "time": true}
 	redsyncInner = map[string]bool{"get": true, "del": true, "pexpire": true}
+	// With fencing every acquire is a script: its SETs (the lock, the counter) are inside.
+	redlockFencingInner = map[string]bool{"get": true, "set": true, "del": true, "publish": true, "pexpire": true, "pttl": true, "time": true}
 )
 
 func newCmdCount(delta map[string]int64, requests int, inner map[string]bool) cmdCount {

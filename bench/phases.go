@@ -59,7 +59,8 @@ func runHTTP(res *results, f flags, cfg config, dir, caddyBin string, up *upstre
 	var faulty []faultyVariant
 	if caddyBin != "" {
 		sites := []caddySite{{name: "plain"}, {name: "n1", redis: urls(nodes[:1]), wait: wait},
-			{name: "n3", redis: urls(nodes[:3]), wait: wait}, {name: "n5", redis: urls(nodes), wait: wait}}
+			{name: "n3", redis: urls(nodes[:3]), wait: wait}, {name: "n5", redis: urls(nodes), wait: wait},
+			{name: "n5fence", redis: urls(nodes), wait: wait, opts: "\t\tfencing\n"}}
 		if fx != nil && fx.proxy != nil {
 			sites = append(sites, caddySite{name: "n5f", redis: append(urls(nodes[:len(nodes)-1]), fx.proxy.url()), wait: wait})
 		}
@@ -79,6 +80,8 @@ func runHTTP(res *results, f flags, cfg config, dir, caddyBin string, up *upstre
 				overhead = append(overhead, httpVariant{name: fmt.Sprintf("%s, N=%d", nameCaddyRedlock, n), kind: "caddy",
 					locked: true, n: n, inner: redlockInner, baseline: base, targets: []*httpTarget{target(a, fmt.Sprintf("n%d", n))}})
 			}
+			overhead = append(overhead, httpVariant{name: nameCaddyRedlock + ", N=5, fencing", kind: "caddy",
+				locked: true, n: 5, inner: redlockFencingInner, baseline: base, targets: []*httpTarget{target(a, "n5fence")}})
 			hot = append(hot, httpVariant{name: nameCaddyRedlock + ", N=5", kind: "caddy", locked: true, n: 5, inner: redlockInner,
 				targets: []*httpTarget{target(a, "n5"), target(b, "n5")}},
 				// One instance: the local queue's handoff alone, without cross-instance contention.
@@ -95,7 +98,9 @@ func runHTTP(res *results, f flags, cfg config, dir, caddyBin string, up *upstre
 				cb := start(startCaddy(f.compare, dir, "caddy-cmp-b", up.addr, sites))
 				if ca != nil && cb != nil {
 					overhead = append(overhead, httpVariant{name: nameCompare + nameCaddyRedlock + ", N=5", kind: "caddy",
-						locked: true, n: 5, inner: redlockInner, baseline: base, targets: []*httpTarget{target(ca, "n5")}})
+						locked: true, n: 5, inner: redlockInner, baseline: base, targets: []*httpTarget{target(ca, "n5")}},
+						httpVariant{name: nameCompare + nameCaddyRedlock + ", N=5, fencing", kind: "caddy",
+							locked: true, n: 5, inner: redlockFencingInner, baseline: base, targets: []*httpTarget{target(ca, "n5fence")}})
 					hot = append(hot, httpVariant{name: nameCompare + nameCaddyRedlock + ", N=5", kind: "caddy", locked: true, n: 5,
 						inner: redlockInner, targets: []*httpTarget{target(ca, "n5"), target(cb, "n5")}},
 						httpVariant{name: nameCompare + nameCaddyRedlock + ", N=5, 1 instance", kind: "caddy", locked: true, n: 5,

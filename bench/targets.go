@@ -27,22 +27,39 @@ func (r *results) checkTargets() {
 		add("acquire N=5 p50 ≤ 1.5× parallel PING p50", fmt.Sprintf("%.2f× (%s vs %s)", x, fus(lock5.Acquire.P50), fus(floor.Lat.P50)), yes(x <= 1.5))
 	}
 
-	over := func(prefix string) *httpRow {
+	if lock5f := find(r.Lock, "redlock acquire+release, N=5, fencing"); lock5 != nil && lock5f != nil && lock5.Acquire.P50 > 0 {
+		x := lock5f.Acquire.P50 / lock5.Acquire.P50
+		add("acquire N=5 p50 with fencing ≤ 1.15× without", fmt.Sprintf("%.2f× (%s vs %s)", x, fus(lock5f.Acquire.P50), fus(lock5.Acquire.P50)), yes(x <= 1.15))
+	}
+
+	over := func(name string) *httpRow {
 		for i := range r.Overhead {
-			if strings.HasPrefix(r.Overhead[i].Name, prefix) {
+			if r.Overhead[i].Name == name {
 				return &r.Overhead[i]
 			}
 		}
 		return nil
 	}
-	if c, g := over(nameCaddyRedlock+", N=5"), over(nameRedsync+", N=5"); c != nil {
+	g := over(nameRedsync + ", N=5")
+	for _, t := range []struct {
+		name string
+		min  float64
+	}{{nameCaddyRedlock + ", N=5", 0.55}, {nameCaddyRedlock + ", N=5, fencing", 0.50}} {
+		c := over(t.name)
+		if c == nil {
+			continue
+		}
 		v := fmt.Sprintf("%.0f%% of plain Caddy", 100*c.Ratio)
-		met := c.Ratio >= 0.60
+		met := c.Ratio >= t.min
 		if g != nil {
 			v += fmt.Sprintf("; redsync proxy %.0f%% of plain Go proxy", 100*g.Ratio)
 			met = met && c.Ratio > g.Ratio
 		}
-		add("Caddy+redlock N=5 ≥ 60% of plain throughput and ahead of redsync's ratio", v, yes(met))
+		add(fmt.Sprintf("%s ≥ %.0f%% of plain throughput (unique keys), ahead of redsync's ratio", strings.TrimPrefix(t.name, nameCaddyRedlock+", "), 100*t.min), v, yes(met))
+	}
+	if c, p := over(nameCaddyRedlock+", N=5"), over(nameCaddyPlain); c != nil && p != nil && p.FrontCPU > 0 {
+		x := c.FrontCPU / p.FrontCPU
+		add("Caddy CPU per locked request (N=5) ≤ 1.6× plain Caddy's", fmt.Sprintf("%.2f× (%.0f vs %.0f µs)", x, c.FrontCPU, p.FrontCPU), yes(x <= 1.6))
 	}
 	for _, row := range r.Overhead {
 		if strings.HasPrefix(row.Name, nameCaddyRedlock) && row.Cmds.Requests > 0 {
@@ -69,17 +86,22 @@ func (r *results) checkTargets() {
 	}
 	if red != nil {
 		v := fmt.Sprintf("%.0f%% of ideal", 100*red.OfIdeal)
-		met := red.OfIdeal >= 0.85
 		for _, o := range []*hotRow{rsDef, rsTuned} {
 			if o != nil {
 				v += fmt.Sprintf("; %s %.0f%%", o.Name, 100*o.OfIdeal)
-				met = met && red.OfIdeal > o.OfIdeal
 			}
 		}
 		if ceiling != nil {
 			v += fmt.Sprintf(" (plain Caddy, no lock, 1 client in series: %.0f%%)", 100*ceiling.OfIdeal)
 		}
-		add("hot key ≥ 85% of ideal, ahead of redsync (defaults and tuned)", v, yes(met))
+		// Issue 16 retired the 85%-of-ideal target (Caddy's own proxy path takes longer
+		// than the gap it leaves on this box): shown beside plain Caddy in series; ahead
+		// of redsync is still checked.
+		ahead := true
+		for _, o := range []*hotRow{rsDef, rsTuned} {
+			ahead = ahead && (o == nil || red.OfIdeal > o.OfIdeal)
+		}
+		add("hot key ahead of redsync (defaults and tuned); % of ideal shown", v, yes(ahead))
 		if rsDef != nil && rsDef.Lat.P99 > 0 {
 			x := red.Lat.P99 / rsDef.Lat.P99
 			add("hot key p99 ≤ 1/10 of redsync's at defaults", fmt.Sprintf("%s vs %s (%.2f×)", fus(red.Lat.P99), fus(rsDef.Lat.P99), x), yes(x <= 0.1))

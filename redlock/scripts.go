@@ -21,7 +21,8 @@ import "github.com/redis/go-redis/v9"
 // full value) can never delete the new one. A later attempt's value is never taken over:
 // an earlier round's SET that arrives late (on another connection) would otherwise
 // replace the value a later, granted round holds, and that earlier round's cleanup would
-// then delete it, freeing the node under the holder. Busy returns {0, PTTL}.
+// then delete it, freeing the node under the holder. Busy returns {0, PTTL}. A free key
+// is taken with SET NX first (one call: the usual case); only a taken one is read.
 //
 // A key of another type under the lock's name (another client's lock, e.g. Redisson's
 // hash) makes GET fail with WRONGTYPE: pcall turns that into "held by someone else", as
@@ -32,7 +33,8 @@ import "github.com/redis/go-redis/v9"
 // Shared readers (readAcquireScript) hold the lock name with sharedMarker: to this script
 // the key is busy, and it marks a writer as waiting (KEYS[3], the owner prefix, for
 // ARGV[7] ms) so that no new reader comes in meanwhile (doc.go, "Shared locks"). A
-// writer that gets the key clears its own mark.
+// writer that gets the key clears its own mark (from its second attempt on: a first
+// attempt has left none, so the usual uncontended acquire does not look).
 //
 // Fencing (doc.go): the token is the client's proposal when that is above the counter
 // and within the lead of the node's clock (either side), else max(counter+1, node time
@@ -43,21 +45,21 @@ import "github.com/redis/go-redis/v9"
 // lead of the clock, so that counters never run further ahead. Grants return
 // {1, token, 1 if reserved}; busy {0, PTTL}.
 var acquireScript = redis.NewScript(`
-local cur = redis.pcall('GET', KEYS[1])
-if type(cur) == 'table' then
-  return {0, redis.call('PTTL', KEYS[1])}
-end
-if cur == '` + sharedMarkerLua + `' then
-  if tonumber(ARGV[7]) > 0 then redis.call('SET', KEYS[3], ARGV[3], 'PX', ARGV[7]) end
-  return {0, redis.call('PTTL', KEYS[1])}
-end
-if cur then
+if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  local cur = redis.pcall('GET', KEYS[1])
+  if type(cur) == 'table' or not cur then
+    return {0, redis.call('PTTL', KEYS[1])}
+  end
+  if cur == '` + sharedMarkerLua + `' then
+    if tonumber(ARGV[7]) > 0 then redis.call('SET', KEYS[3], ARGV[3], 'PX', ARGV[7]) end
+    return {0, redis.call('PTTL', KEYS[1])}
+  end
   if string.sub(cur, 1, #ARGV[3]) ~= ARGV[3] or (tonumber(string.sub(cur, #ARGV[3] + 1)) or math.huge) >= tonumber(ARGV[6]) then
     return {0, redis.call('PTTL', KEYS[1])}
   end
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 end
-redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-if redis.pcall('GET', KEYS[3]) == ARGV[3] then
+if ARGV[6] ~= '1' and redis.pcall('GET', KEYS[3]) == ARGV[3] then
   redis.call('DEL', KEYS[3])
 end
 ` + fencingLua + `
