@@ -17,11 +17,22 @@ import (
 
 // Many concurrent acquire+release pairs on unique keys, N=5: what a busy proxy does. The
 // CPU figures are what limits throughput on a small box: this process's CPU per lock and
-// the 5 redis-servers' CPU per lock. Pipelining on and off run side by side.
+// the 5 redis-servers' CPU per lock. Pipelining on and off run side by side; the wait rows
+// are what the proxy does (a wait ahead: the first try is a plain SET NX PX), with and
+// without fencing.
 func BenchmarkConcurrentUniqueKeys(b *testing.B) {
 	servers := redistest.StartN(b, 5)
-	for _, pipelining := range []bool{false, true} {
-		b.Run(fmt.Sprintf("N=5/pipelining=%v", pipelining), func(b *testing.B) {
+	for _, v := range []struct {
+		pipelining bool
+		wait       time.Duration
+		fencing    bool
+	}{{false, 0, false}, {true, 0, false}, {true, 30 * time.Second, false}, {true, 30 * time.Second, true}} {
+		pipelining := v.pipelining
+		name := fmt.Sprintf("N=5/pipelining=%v", pipelining)
+		if v.wait > 0 {
+			name += fmt.Sprintf("/wait=%v/fencing=%v", v.wait, v.fencing)
+		}
+		b.Run(name, func(b *testing.B) {
 			// A loose node timeout: this measures CPU, and the box may be shared.
 			c, err := New(redistest.URLs(servers), Options{DisablePipelining: !pipelining, NodeTimeout: time.Second})
 			if err != nil {
@@ -36,7 +47,7 @@ func BenchmarkConcurrentUniqueKeys(b *testing.B) {
 			b.ResetTimer()
 			b.RunParallel(func(pb *testing.PB) {
 				for pb.Next() {
-					l, err := c.Acquire(ctx, prefix+strconv.FormatInt(seq.Add(1), 10), AcquireOptions{})
+					l, err := c.Acquire(ctx, prefix+strconv.FormatInt(seq.Add(1), 10), AcquireOptions{Wait: v.wait, Fencing: v.fencing})
 					if err != nil {
 						b.Error(err)
 						return
