@@ -427,12 +427,22 @@ func TestClientGoesAwayMidStream(t *testing.T) {
 	noKeysLeft(t, servers, "midstream:")
 }
 
-// The release runs after the response has reached the client, not before: with one node
-// of three paused, a release takes a node timeout to finish, and the client has its whole
-// response while the request is still in the table, releasing.
+// The release runs after the response has reached the client, not before. Two of three
+// nodes are paused while the upstream holds the request, so the release cannot reach a
+// quorum and takes a node timeout (1s): the client has its whole response while the
+// request is still in the table, releasing. (With one node paused the release returns at
+// the other two nodes' deletes, about as fast as the response: a race, not a test.)
 func TestReleaseIsOffTheResponsePath(t *testing.T) {
 	servers := redistest.StartN(t, 3)
-	up := newUpstream(t, 0, nil)
+	entered := make(chan struct{}, 1)
+	proceed := make(chan struct{})
+	up := newUpstream(t, 0, func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/item" {
+			entered <- struct{}{}
+			<-proceed
+		}
+		io.WriteString(w, "ok")
+	})
 	s := startCaddy(t, "", fmt.Sprintf(`
 	redlock {
 		%s
@@ -446,16 +456,32 @@ func TestReleaseIsOffTheResponsePath(t *testing.T) {
 		t.Fatalf("warm-up: status %d", code)
 	}
 	eventually(5*time.Second, func() bool { return len(inflightRequests()) == 0 })
-	if err := servers[2].Pause(); err != nil {
-		t.Fatal(err)
+	type result struct {
+		code int
+		at   time.Time
 	}
-	defer servers[2].Resume()
-	code, _, _ := get(t, c, "POST", s.url+"/item", nil)
-	if code != 200 {
-		t.Fatalf("status %d with 2 of 3 nodes answering", code)
+	done := make(chan result, 1)
+	go func() {
+		code, _, _ := get(t, c, "POST", s.url+"/item", nil)
+		done <- result{code, time.Now()}
+	}()
+	<-entered // the lock is held: now take a quorum away from its release
+	for _, srv := range servers[1:] {
+		if err := srv.Pause(); err != nil {
+			t.Fatal(err)
+		}
+		defer srv.Resume()
+	}
+	close(proceed)
+	res := <-done
+	if res.code != 200 {
+		t.Fatalf("status %d", res.code)
 	}
 	if n := len(inflightRequests()); n != 1 {
 		t.Fatalf("%d requests in the table right after the response, want 1 still releasing", n)
+	}
+	for _, srv := range servers[1:] {
+		srv.Resume()
 	}
 	if !eventually(10*time.Second, func() bool { return len(inflightRequests()) == 0 }) {
 		t.Fatalf("the release never finished: %+v", inflightRequests())
