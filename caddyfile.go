@@ -157,7 +157,7 @@ func (h *Handler) parseOption(d *caddyfile.Dispenser, opt string) error {
 			return err
 		}
 		f, err := strconv.ParseFloat(s, 64)
-		if err != nil || f <= 0 { // 0 would read as "unset"
+		if err != nil || !(f > 0) { // 0 would read as "unset"; NaN fails every comparison
 			return d.Errf("redlock: drift_factor: want a number > 0, got %q", s)
 		}
 		h.DriftFactor = f

@@ -1,6 +1,7 @@
 package caddyredlock
 
 import (
+	"math"
 	"reflect"
 	"strings"
 	"testing"
@@ -133,6 +134,7 @@ func TestCaddyfileErrors(t *testing.T) {
 		{"redlock {\nredis localhost\n}", `node "localhost": want redis://host:port`},
 		{"redlock {\nredis redis://user:secret@:bad:port\n}", "xxxxx"},
 		{"redlock {\n" + r + "bogus 1\n}", `unknown option "bogus"`},
+		{"redlock {\n" + r + "drift_factor NaN\n}", `drift_factor: want a number > 0, got "NaN"`},
 		{"redlock {\n" + r + "path\n}", "path: want <template> [<key>...], got no argument"},
 		{"redlock {\n" + r + "path /a/{x} " + strings.Repeat("k{x} ", 17) + "\n}", "path 1 (/a/{x}): 17 keys, at most 16"},
 		{"redlock {\n" + r + "key " + strings.Repeat("k ", 17) + "\n}", "key: 17 keys, at most 16"},
@@ -212,6 +214,7 @@ func TestJSONErrors(t *testing.T) {
 		{func(h *Handler) { h.TTL = -1 }, "ttl: must be > 0"},
 		{func(h *Handler) { h.NodeTimeout = -1 }, "node_timeout: must be > 0"},
 		{func(h *Handler) { h.DriftFactor = 0.7 }, "drift_factor: must be > 0 and < 0.5"},
+		{func(h *Handler) { h.DriftFactor = math.NaN() }, "drift_factor: must be > 0 and < 0.5"},
 		{func(h *Handler) { h.RenewInterval = -1 }, "renew_interval: must be > 0"},
 		{func(h *Handler) { w := dur(-1); h.Wait = &w }, "wait: must be >= 0"},
 		{func(h *Handler) { h.RetryDelay = []caddy.Duration{1, 2, 3} }, "retry_delay: want <min> [<max>], got 3 values"},

@@ -2,6 +2,7 @@ package redlock
 
 import (
 	"context"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -24,6 +25,7 @@ func TestBadInput(t *testing.T) {
 		{"negative ttl", good, Options{TTL: -time.Second}, "ttl: must be > 0"},
 		{"timeout over ttl", good, Options{TTL: time.Second, NodeTimeout: 2 * time.Second}, "node_timeout"},
 		{"drift", good, Options{DriftFactor: 0.7}, "drift_factor"},
+		{"drift NaN", good, Options{DriftFactor: math.NaN()}, "drift_factor"}, // every range check passes a NaN
 		{"retry order", good, Options{RetryDelayMin: time.Second, RetryDelayMax: time.Millisecond}, "retry_delay"},
 		{"no validity left", good, Options{TTL: 100 * time.Millisecond, NodeTimeout: 99 * time.Millisecond}, "leaves no validity"},
 		{"prefix with NUL", good, Options{Prefix: "a\x00b"}, "prefix"},

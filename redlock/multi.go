@@ -28,7 +28,7 @@ func (c *Client) AcquireAll(ctx context.Context, keys []string, o AcquireOptions
 		return nil, fmt.Errorf("redlock: AcquireAll: %d keys, at most %d", len(keys), MaxKeys)
 	}
 	for _, k := range keys {
-		if err := validateKey(k); err != nil {
+		if _, err := c.checkAcquire(k, o); err != nil { // as Acquire: a negative wait is refused, not read as 0
 			return nil, err
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -93,6 +94,9 @@ func TestAcquireAllAllOrNothing(t *testing.T) {
 	}
 	if _, err := a.AcquireAll(context.Background(), nil, AcquireOptions{}); err == nil {
 		t.Fatal("no key accepted")
+	}
+	if _, err := a.AcquireAll(context.Background(), []string{"m1"}, AcquireOptions{Wait: -time.Second}); err == nil || !strings.Contains(err.Error(), "wait must be >= 0") {
+		t.Fatalf("a negative wait: %v, want it refused as Acquire refuses it", err)
 	}
 	// Every mode: a shared set and a limited set.
 	for _, o := range []AcquireOptions{{Shared: true}, {Limit: 2}} {

@@ -150,7 +150,7 @@ func (o Options) validate() error {
 		return fmt.Errorf("node_timeout: must be > 0, got %v", o.NodeTimeout)
 	case o.NodeTimeout >= o.TTL:
 		return fmt.Errorf("node_timeout (%v) must be smaller than ttl (%v)", o.NodeTimeout, o.TTL)
-	case o.DriftFactor < 0 || o.DriftFactor >= 0.5:
+	case !(o.DriftFactor >= 0 && o.DriftFactor < 0.5): // so also NaN, which every comparison fails
 		return fmt.Errorf("drift_factor: must be > 0 and < 0.5, got %v", o.DriftFactor)
 	case drift(o.TTL, o.DriftFactor)+o.NodeTimeout >= o.TTL:
 		return fmt.Errorf("ttl (%v) leaves no validity after node_timeout and drift_factor", o.TTL)

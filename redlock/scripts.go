@@ -33,8 +33,10 @@ import "github.com/redis/go-redis/v9"
 // Shared readers (readAcquireScript) hold the lock name with sharedMarker: to this script
 // the key is busy, and it marks a writer as waiting (KEYS[3], the owner prefix, for
 // ARGV[7] ms) so that no new reader comes in meanwhile (doc.go, "Shared locks"). A
-// writer that gets the key clears its own mark (from its second attempt on: a first
-// attempt has left none, so the usual uncontended acquire does not look).
+// writer that gets the key clears its own mark, from its second attempt on: before its
+// first attempt it has left none, so the usual uncontended acquire does not look (a first
+// attempt granted on a quorum may leave a mark where readers refused it; that expires in
+// writerMarkTTL).
 //
 // Fencing (doc.go): the token is the client's proposal when that is above the counter
 // and within the lead of the node's clock (either side), else max(counter+1, node time
