@@ -77,6 +77,12 @@ func (c *Client) checkAcquire(key string, o AcquireOptions) (time.Duration, erro
 	if err := validateKey(key); err != nil {
 		return 0, err
 	}
+	return c.checkOptions(o)
+}
+
+// checkOptions checks an acquire's options (Acquire's and AcquireAll's) and returns the
+// lock's ttl.
+func (c *Client) checkOptions(o AcquireOptions) (time.Duration, error) {
 	if c.closed.Load() {
 		return 0, ErrClosed
 	}

@@ -28,9 +28,12 @@ func (c *Client) AcquireAll(ctx context.Context, keys []string, o AcquireOptions
 		return nil, fmt.Errorf("redlock: AcquireAll: %d keys, at most %d", len(keys), MaxKeys)
 	}
 	for _, k := range keys {
-		if _, err := c.checkAcquire(k, o); err != nil { // as Acquire: a negative wait is refused, not read as 0
+		if err := validateKey(k); err != nil {
 			return nil, err
 		}
+	}
+	if _, err := c.checkOptions(o); err != nil { // as Acquire: a negative wait is refused, not read as 0
+		return nil, err
 	}
 	deadline := time.Now().Add(o.Wait)
 	held := make([]*Lock, 0, len(keys))
