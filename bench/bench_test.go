@@ -161,3 +161,16 @@ func TestFaultyVariantsAndTargets(t *testing.T) {
 		}
 	}
 }
+
+// The budget of a target ratio: at 50% a request may use twice plain's box CPU, so the
+// lock may add as much as plain uses; at 55%, plain's × (1/0.55 - 1).
+func TestLockBudget(t *testing.T) {
+	plain := &httpRow{BoxCPU: 100}
+	row := &httpRow{BoxCPU: 250}
+	if b, a := lockBudget(row, plain, 0.5); b != 100 || a != 150 {
+		t.Fatalf("50%%: budget %v adds %v, want 100 and 150", b, a)
+	}
+	if b, _ := lockBudget(row, plain, 0.55); b < 81.8 || b > 81.9 {
+		t.Fatalf("55%%: budget %v, want 81.8", b)
+	}
+}

@@ -28,6 +28,12 @@ type httpRow struct {
 	Cmds       cmdCount `json:"redis_commands"`
 	FrontCPU   float64  `json:"front_end_cpu_us_per_request"`
 	RedisCPU   float64  `json:"redis_cpu_us_per_request"` // all nodes
+	// BoxCPU is the CPU time of every process on the machine (/proc/stat) per request:
+	// front end, nodes, load generator, upstream and the kernel's share. While the cores
+	// are busy (Busy, in cores), req/s is Busy over BoxCPU, so a ratio to plain is a
+	// CPU budget (see lockBudget).
+	BoxCPU float64 `json:"box_cpu_us_per_request"`
+	Busy   float64 `json:"box_busy_cores"`
 }
 
 // measureOverhead runs unique-key load on each variant, alternating, and reads the Redis
@@ -38,6 +44,8 @@ func measureOverhead(vs []httpVariant, up *upstream, nodes []*redisNode, cfg con
 	viol := make([]int64, len(vs))
 	frontCPU := make([]time.Duration, len(vs))
 	redisCPU := make([]time.Duration, len(vs))
+	boxCPU := make([]time.Duration, len(vs))
+	elapsed := make([]time.Duration, len(vs))
 	for i := range vs {
 		cmds[i] = map[string]int64{}
 	}
@@ -57,7 +65,10 @@ func measureOverhead(vs []httpVariant, up *upstream, nodes []*redisNode, cfg con
 		}
 		v0, _ := up.violationCount()
 		fm, rm := newCPUMeter(frontProcs(vs[i])), newCPUMeter(redisProcs(nodes))
+		box0, t0 := machineBusy(), time.Now()
 		r := runLoad(spec(i, round, cfg.HTTPDur))
+		boxCPU[i] += machineBusy() - box0
+		elapsed[i] += time.Since(t0)
 		frontCPU[i] += fm.used()
 		redisCPU[i] += rm.used()
 		v1, _ := up.violationCount()
@@ -74,7 +85,11 @@ func measureOverhead(vs []httpVariant, up *upstream, nodes []*redisNode, cfg con
 	for i, v := range vs {
 		r := results[i]
 		rows[i] = httpRow{Name: v.name, RPS: r.rps(), Lat: summarize(r.Lat), Errors: r.errors(), Violations: viol[i],
-			FrontCPU: perRequest(frontCPU[i], len(r.Lat)), RedisCPU: perRequest(redisCPU[i], len(r.Lat))}
+			FrontCPU: perRequest(frontCPU[i], len(r.Lat)), RedisCPU: perRequest(redisCPU[i], len(r.Lat)),
+			BoxCPU: perRequest(boxCPU[i], len(r.Lat))}
+		if elapsed[i] > 0 {
+			rows[i].Busy = boxCPU[i].Seconds() / elapsed[i].Seconds()
+		}
 		if v.locked {
 			rows[i].Cmds = newCmdCount(cmds[i], len(r.Lat), v.inner)
 		}

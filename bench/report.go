@@ -23,12 +23,13 @@ func (r *results) tables() []*table {
 	}
 	if len(r.Overhead) > 0 {
 		t := &table{title: fmt.Sprintf("3. Through the proxy, unique keys (%d clients, no upstream hold)", r.Settings.Clients),
-			head: []string{"front end", "req/s", "vs plain", "p50", "p99", "front-end CPU/req", "Redis CPU/req", "errors", "viol"},
+			head: []string{"front end", "req/s", "vs plain", "p50", "p99", "front-end CPU/req", "Redis CPU/req", "box CPU/req", "cores busy", "errors", "viol"},
 			notes: []string{"vs plain: Caddy rows against plain Caddy reverse_proxy, Go rows against the plain httputil proxy.",
-				"CPU/req: CPU time of the front-end process and of all 5 redis-servers during the run, per request (the box has 2 cores)."}}
+				"CPU/req: CPU time of the front-end process and of all 5 redis-servers during the run, per request (the box has 2 cores).",
+				"box CPU/req: all CPU time used on the machine (/proc/stat: load generator, upstream and kernel included), per request; cores busy: its average."}}
 		for _, x := range r.Overhead {
 			t.add(x.Name, fmt.Sprintf("%.0f", x.RPS), fmt.Sprintf("%.0f%%", 100*x.Ratio), fus(x.Lat.P50), fus(x.Lat.P99),
-				fus(x.FrontCPU), fus(x.RedisCPU), fmt.Sprint(x.Errors), fmt.Sprint(x.Violations))
+				fus(x.FrontCPU), fus(x.RedisCPU), fus(x.BoxCPU), fmt.Sprintf("%.2f", x.Busy), fmt.Sprint(x.Errors), fmt.Sprint(x.Violations))
 		}
 		ts = append(ts, t)
 	}

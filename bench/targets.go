@@ -50,6 +50,11 @@ func (r *results) checkTargets() {
 			continue
 		}
 		v := fmt.Sprintf("%.0f%% of plain Caddy", 100*c.Ratio)
+		if p := over(nameCaddyPlain); p != nil && p.BoxCPU > 0 && c.BoxCPU > 0 {
+			budget, adds := lockBudget(c, p, t.min)
+			v += fmt.Sprintf("; CPU: at %.0f%% the lock may add %.0f µs per request on the box, it adds %.0f (Redis %.0f)",
+				100*t.min, budget, adds, c.RedisCPU-p.RedisCPU)
+		}
 		met := c.Ratio >= t.min
 		if g != nil {
 			v += fmt.Sprintf("; redsync proxy %.0f%% of plain Go proxy", 100*g.Ratio)
@@ -169,4 +174,13 @@ func (r *results) checkModeTargets(add func(target, value string, met *bool), ye
 				yes(x.MaxInFlight == 4 && x.Overlaps == 0))
 		}
 	}
+}
+
+// lockBudget is what a target ratio to plain leaves a lock in CPU time per request on the
+// whole box, and what the lock adds in this run. While the cores are busy, req/s is
+// cores busy over box CPU per request, so at ratio r (the cores as busy as in plain's
+// run) a locked request may use plain's box CPU / r: the lock may add plain's box CPU
+// times (1/r - 1). What it adds is the row's box CPU minus plain's.
+func lockBudget(row, plain *httpRow, ratio float64) (budget, adds float64) {
+	return plain.BoxCPU * (1/ratio - 1), row.BoxCPU - plain.BoxCPU
 }
