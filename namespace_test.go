@@ -32,9 +32,10 @@ func TestReloadChangingNamespaceWarns(t *testing.T) {
 	const warning = "config reload changed where keys live"
 	c := &http.Client{Timeout: 10 * time.Second}
 	holdDuring := func(reload func()) {
+		before, _, _ := up.snapshot() // hits so far: wait for this request's own
 		var wg sync.WaitGroup
 		wg.Go(func() { get(t, c, "GET", s.url+"/doc", nil) })
-		if !eventually(3*time.Second, func() bool { hits, _, _ := up.snapshot(); return hits > 0 }) {
+		if !eventually(3*time.Second, func() bool { hits, _, _ := up.snapshot(); return hits > before }) {
 			t.Fatal("request did not reach the upstream")
 		}
 		reload()

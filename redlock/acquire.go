@@ -220,6 +220,9 @@ func (k *contention) try(attempt int) (l *Lock, res attemptResult, retry bool) {
 		lq = nil // a place of a limited key: no line kept, no handoff
 	}
 	l = c.newLock(got, k.key, k.owner+strconv.Itoa(attempt), k.ttl, k.fencing, k.start, attempt, lq, res)
+	if l == nil {
+		return nil, res, true // the client shut down meanwhile: run sees it closed
+	}
 	// A force release of this key that began since this round did may have found no
 	// holder registered (ForceRelease marks the holder lost) and deleted our SETs: the
 	// lock cannot be trusted. Give it up and, while the wait lasts, try again (the key
@@ -245,7 +248,8 @@ func sleep(ctx context.Context, d time.Duration, wake <-chan struct{}) {
 	}
 }
 
-// newLock registers the lock a successful round took.
+// newLock registers the lock a successful round took, or gives it back and returns nil
+// when the client shut down while the round was out.
 func (c *Client) newLock(nm names, key, value string, ttl time.Duration, fencing bool, start time.Time,
 	attempt int, q *keyQueue, res attemptResult) *Lock {
 	l := &Lock{c: c, nm: nm, key: key, value: value, ttl: ttl, token: res.token, fencing: fencing,
@@ -254,7 +258,10 @@ func (c *Client) newLock(nm names, key, value string, ttl time.Duration, fencing
 		l.tokenMax = res.token + res.reserve
 	}
 	l.start(res.roundStart)
-	c.register(l)
+	if !c.register(l) {
+		c.abandon(l)
+		return nil
+	}
 	return l
 }
 

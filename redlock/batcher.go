@@ -24,7 +24,13 @@ import (
 //     batch is bounded by its earliest deadline; as calls queue in deadline order, every
 //     call is answered by its own deadline (the node timeout), give or take scheduling;
 //   - one flusher per node sends batches strictly in order, so a round's cleanup
-//     release can never overtake that round's SET to the same node;
+//     release never overtakes that round's SET to the same node on a connection that
+//     lives. A batch that times out costs its connection (go-redis closes it), and
+//     what it sent may still arrive (a paused node reads it when it resumes, a proxy
+//     forwards it late); a release then sent on a new connection is ordered by the
+//     network and the node, no longer by us. If the late SET runs after it, the node
+//     keeps a value nobody holds for one ttl: one refusal there, never a second holder
+//     (the value is that attempt's; renewals and takeovers compare it);
 //   - replies are delivered by callback, so a round needs no goroutine or timer per node.
 type batcher struct {
 	nd     *node

@@ -27,6 +27,9 @@ type Client struct {
 
 	heldMu sync.Mutex
 	held   map[string][]*Lock // by key: one exclusive holder, or any number of readers
+	// shutting: shutdown found no lock held and goes on; register refuses from then on
+	// (guarded by heldMu).
+	shutting bool
 
 	pending pendingCalls // release calls on their way (nodes_call.go)
 
@@ -36,7 +39,9 @@ type Client struct {
 	bgMu     sync.RWMutex   // orders goroutine starts against Close
 	closed   atomic.Bool    // no new acquires
 	shut     bool           // background stopped (guarded by bgMu)
-	shutOnce sync.Once
+	shutMu   sync.Mutex     // one shutdown at a time; shutDone once it ran
+	shutDone bool
+	shutErr  error
 	warnings []string
 
 	sameServerWarned atomic.Bool
@@ -112,24 +117,38 @@ func (c *Client) Close() error {
 	return nil
 }
 
-// shutdown stops everything the client started and closes the connections, once.
+// shutdown stops everything the client started and closes the connections, once, when
+// no lock is held (Close, or the release of the last lock after Close).
 func (c *Client) shutdown() error {
-	var err error
-	c.shutOnce.Do(func() {
-		// Releases that returned at a quorum still have calls on the way to the other
-		// nodes, and acquire rounds may still give back their grants: let them land
-		// (a round and its give-back end within three node timeouts) before the
-		// connections close.
-		c.pending.wait(3*c.opt.NodeTimeout + 100*time.Millisecond)
-		c.bgMu.Lock()
-		c.shut = true
-		c.bgMu.Unlock()
-		c.cancel()
-		c.notices.close()
-		c.bg.Wait()
-		err = c.closeNodes()
-	})
-	return err
+	c.shutMu.Lock()
+	defer c.shutMu.Unlock()
+	if c.shutDone {
+		return c.shutErr
+	}
+	// Releases that returned at a quorum still have calls on the way to the other
+	// nodes, and acquire rounds may still give back their grants: let them land (a
+	// round and its give-back end within three node timeouts) before the connections
+	// close.
+	c.pending.wait(3*c.opt.NodeTimeout + 100*time.Millisecond)
+	// A round that was out when Close found no lock held may have won since: its lock
+	// keeps the client alive like any other (its release shuts down). From here on a
+	// round that wins is refused (register), so nothing holds a lock nobody renews.
+	c.heldMu.Lock()
+	if len(c.held) > 0 {
+		c.heldMu.Unlock()
+		return nil
+	}
+	c.shutting = true
+	c.heldMu.Unlock()
+	c.bgMu.Lock()
+	c.shut = true
+	c.bgMu.Unlock()
+	c.cancel()
+	c.notices.close()
+	c.bg.Wait()
+	c.shutErr = c.closeNodes()
+	c.shutDone = true
+	return c.shutErr
 }
 
 func (c *Client) closeNodes() error {

@@ -2,6 +2,7 @@ package redlock
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -45,5 +46,87 @@ func TestCloseDuringFailedRoundGivesBack(t *testing.T) {
 		defer r2.Close()
 		pttl, _ := r2.PTTL(ctx, defaultPrefix+"closing").Result()
 		t.Fatalf("after a failed Acquire and Close, node 2 still holds the round's value (len %d) for %v more", len(v), pttl)
+	}
+}
+
+// Close while an Acquire round is out that then wins: Close found no lock held, but the
+// lock the round took must be renewed and released like any other (the client shuts
+// down after its release), or Acquire must fail with ErrClosed; never a lock that
+// nothing renews, lost at the end of its first validity.
+// (Found by review: shutdown went on once earlier calls had landed, and the lock
+// expired under its holder.)
+func TestCloseDuringWinningRoundKeepsTheLock(t *testing.T) {
+	servers := redistest.StartN(t, 3)
+	opt := fastOptions()
+	opt.NodeTimeout = time.Second
+	opt.TTL = 4 * time.Second
+	c := newTestClient(t, servers, opt)
+	waitRunIDs(t, c)
+	ctx := context.Background()
+	// Node 1 is silent: a release's call to it stays out for a node timeout, and
+	// Close waits for it before it shuts down.
+	if err := servers[1].Pause(); err != nil {
+		t.Fatal(err)
+	}
+	defer servers[1].Resume()
+	warm, err := c.Acquire(ctx, "warm", AcquireOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := warm.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// Node 2 goes silent too: the next round has node 0's grant and waits for node 2.
+	if err := servers[2].Pause(); err != nil {
+		t.Fatal(err)
+	}
+	defer servers[2].Resume()
+	type result struct {
+		l   *Lock
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		l, err := c.Acquire(ctx, "closing-win", AcquireOptions{})
+		done <- result{l, err}
+	}()
+	time.Sleep(100 * time.Millisecond)
+	closed := make(chan error, 1)
+	go func() { closed <- c.Close() }() // no lock held; waits for the release to node 1
+	time.Sleep(100 * time.Millisecond)
+	if err := servers[2].Resume(); err != nil { // node 2 grants: a quorum of 2
+		t.Fatal(err)
+	}
+	r := <-done
+	if r.err != nil {
+		if !errors.Is(r.err, ErrClosed) {
+			t.Fatalf("Acquire: %v, want a lock or ErrClosed", r.err)
+		}
+		t.Logf("Acquire: %v", r.err)
+		return
+	}
+	if err := r.l.KeepAlive(time.Second, 0); err != nil {
+		t.Fatalf("KeepAlive: %v", err)
+	}
+	lctx, cancel := r.l.Context(ctx)
+	defer cancel()
+	select {
+	case <-lctx.Done():
+		t.Fatalf("lock lost after an Acquire that raced Close: %v (%+v)", context.Cause(lctx), r.l.Info())
+	case <-time.After(opt.TTL + 500*time.Millisecond): // past its first validity
+	}
+	if err := r.l.Release(ctx); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+	select {
+	case err := <-closed:
+		if err != nil {
+			t.Fatalf("Close: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close did not return")
+	}
+	if _, err := c.Acquire(ctx, "after", AcquireOptions{}); !errors.Is(err, ErrClosed) {
+		t.Fatalf("Acquire after Close: %v, want ErrClosed", err)
 	}
 }

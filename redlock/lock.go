@@ -239,7 +239,7 @@ func (l *Lock) applyExtend(start time.Time, yes, no, absent int, errs []error) e
 
 // KeepAlive renews the lock every interval until Release, or until it is lost. When a
 // renewal fails it retries sooner (interval/4) while validity remains; when validity ends
-// Lost is closed. maxHold > 0 caps the total hold: at AcquiredAt+maxHold the lock is
+// the lock is lost (its Context is cancelled with a *LostError). maxHold > 0 caps the total hold: at AcquiredAt+maxHold the lock is
 // marked lost (reason max_hold) and renewals stop, so a stuck holder cannot keep a key
 // forever. Renewals of all locks of a client that fall due together go out in one script
 // call per node (renew.go); no goroutine runs per lock. Calling KeepAlive twice is an error.

@@ -98,7 +98,11 @@ func (c *Client) joinReader(key string, ttl time.Duration, fencing bool, start t
 	l := &Lock{c: c, nm: g.nm, key: key, value: g.value, ttl: ttl, token: g.token, fencing: fencing,
 		acquiredAt: start, settled: g.settled, group: g}
 	l.startUntil(g.until)
-	c.register(l)
+	if !c.register(l) { // shutting down (a reader of the group was just released)
+		g.refs--
+		l.markLost(LostExpired)
+		return nil
+	}
 	return l
 }
 

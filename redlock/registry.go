@@ -3,10 +3,16 @@ package redlock
 // This file keeps the locks a client holds, by key: a local handoff replaces the holder
 // in place, and a closed client shuts down when its last lock is released.
 
-func (c *Client) register(l *Lock) {
+// register adds l to the locks held, unless the client is shutting down (Close found no
+// lock held): then nothing would renew or release l, and it reports false.
+func (c *Client) register(l *Lock) bool {
 	c.heldMu.Lock()
+	defer c.heldMu.Unlock()
+	if c.shutting {
+		return false
+	}
 	c.held[l.key] = append(c.held[l.key], l)
-	c.heldMu.Unlock()
+	return true
 }
 
 // replaceHeld puts next in old's place (a local handoff: the same lock in Redis).
