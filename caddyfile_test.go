@@ -284,3 +284,28 @@ func TestRetryAfter(t *testing.T) {
 		}
 	}
 }
+
+// The slow-renewal warning: with a node silent a renewal lasts node_timeout, so the
+// cadence that must fit in half the ttl is renew_interval + 2×node_timeout.
+func TestSlowRenewalRisk(t *testing.T) {
+	dur := func(d time.Duration) caddy.Duration { return caddy.Duration(d) }
+	for _, c := range []struct {
+		name string
+		h    Handler
+		want bool
+	}{
+		{"defaults (10s, 100ms, ttl/3)", Handler{}, false},
+		{"renew_interval above half the ttl", Handler{TTL: dur(10 * time.Second), RenewInterval: dur(6 * time.Second)}, true},
+		{"short ttl, long node_timeout", Handler{TTL: dur(time.Second), NodeTimeout: dur(300 * time.Millisecond)}, true},
+		{"short ttl, short node_timeout", Handler{TTL: dur(time.Second), NodeTimeout: dur(50 * time.Millisecond)}, false},
+	} {
+		c.h.Redis = []string{"127.0.0.1:6379"}
+		s, err := c.h.resolve()
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		if got := slowRenewalRisk(s); got != c.want {
+			t.Errorf("%s: slowRenewalRisk = %v, want %v (renew %v, node_timeout %v, ttl %v)", c.name, got, c.want, s.renew, s.lock.NodeTimeout, s.lock.TTL)
+		}
+	}
+}

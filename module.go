@@ -176,11 +176,20 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	for _, w := range lease.shared.client.Status().Warnings {
 		h.logger.Warn("redlock configuration", zap.String("warning", w), zap.String("locker", lease.shared.name))
 	}
-	if s.renew > s.lock.TTL/2 {
-		h.logger.Warn("redlock renew_interval is more than half the ttl: one slow renewal can lose the lock",
-			zap.Duration("renew_interval", s.renew), zap.Duration("ttl", s.lock.TTL))
+	if slowRenewalRisk(s) {
+		h.logger.Warn("redlock renew_interval plus twice node_timeout is more than half the ttl: with a node silent, one slow renewal can lose the lock",
+			zap.Duration("renew_interval", s.renew), zap.Duration("node_timeout", s.lock.NodeTimeout), zap.Duration("ttl", s.lock.TTL))
 	}
 	return nil
+}
+
+// slowRenewalRisk reports a renewal cadence with no room for one slow renewal. A renewal
+// waits for every node, a silent one up to node_timeout; its validity counts from its
+// start, and the next renewal is due renew_interval after it ended, so with a node silent
+// a new validity lands renew_interval + 2×node_timeout after the last one began. Within
+// half the ttl, a failed renewal still has time for its retry.
+func slowRenewalRisk(s *settings) bool {
+	return s.renew+2*s.lock.NodeTimeout > s.lock.TTL/2
 }
 
 // Cleanup gives up this handler's use of its locker. On a reload it leaves running
