@@ -213,7 +213,7 @@ func (k *contention) try(attempt int) (l *Lock, res attemptResult, retry bool) {
 	}
 	got, res := c.trySlots(k.ctx, k.slots, try{owner: k.owner, n: attempt, ttl: k.ttl, fencing: k.fencing, plain: plain, mark: mark})
 	if res.validity <= 0 {
-		return nil, res, false
+		return nil, res, res.closed // closed: run says ErrClosed
 	}
 	lq := k.q
 	if len(k.slots) > 1 {
@@ -258,6 +258,9 @@ func (c *Client) newLock(nm names, key, value string, ttl time.Duration, fencing
 		l.tokenMax = res.token + res.reserve
 	}
 	l.start(res.roundStart)
+	// The round is counted in c.pending until here (tryOnce), so that shutdown, which
+	// waits for it, sees either the lock registered or its give-back counted in turn.
+	defer c.pending.done()
 	if !c.register(l) {
 		c.abandon(l)
 		return nil
@@ -339,6 +342,7 @@ type attemptResult struct {
 	settled     <-chan struct{} // closed when every node of the round has replied
 	unavailable *UnavailableError
 	minPTTL     time.Duration // smallest remaining ttl of the holder's key among busy replies
+	closed      bool          // the client was closed: nothing was sent
 }
 
 type nodeReply struct {
@@ -391,6 +395,12 @@ func (c *Client) tryOnce(ctx context.Context, nm names, a try) attemptResult {
 	// Counted until its grants are kept or given back, so that Close lets a failed
 	// round's give-back reach the nodes (pendingCalls).
 	c.pending.add(1)
+	if c.closed.Load() {
+		// Close came first (run checks before each round, this is the race): shutdown
+		// may have found nothing pending and be closing the connections. Send nothing.
+		c.pending.done()
+		return attemptResult{closed: true}
+	}
 	rd := c.sendRound(ctx, nm, a, start)
 	// Stop as soon as the outcome is known: a paused node must not hold us up (each
 	// reply comes by node_timeout). Replies that came meanwhile are counted too; they
@@ -411,8 +421,9 @@ func (c *Client) tryOnce(ctx context.Context, nm names, a try) attemptResult {
 			}
 		}
 		if validity > 0 {
+			// Still counted: newLock ends the count once the lock is registered or its
+			// give-back is under way.
 			res.validity, res.roundStart, res.token, res.settled = validity, start, t.token, rd.settled
-			c.pending.done()
 			return res
 		}
 	}

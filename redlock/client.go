@@ -103,7 +103,9 @@ func New(urls []string, opt Options) (*Client, error) {
 // Close refuses new acquires (ErrClosed) at once. Locks still held keep the client alive:
 // they go on renewing and releasing, and the connections, subscriptions and health checks
 // end when the last of them is released (a config reload may close a client while its
-// streams are still running). With no lock held, Close shuts down before it returns.
+// streams are still running). With no lock held, Close shuts down before it returns,
+// unless an Acquire already under way wins meanwhile: its lock keeps the client alive in
+// the same way (Close then returns at once; the shutdown follows that lock's release).
 func (c *Client) Close() error {
 	if !c.closed.CompareAndSwap(false, true) {
 		return nil

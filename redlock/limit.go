@@ -55,7 +55,7 @@ func (c *Client) trySlots(ctx context.Context, slots []names, a try) (names, att
 		nm := slots[(first+i)%len(slots)]
 		res := c.tryOnce(ctx, nm, a)
 		switch {
-		case res.validity > 0:
+		case res.validity > 0, res.closed:
 			return nm, res
 		case res.unavailable != nil:
 			unavailable++
