@@ -98,7 +98,10 @@ func (c *Client) joinReader(key string, ttl time.Duration, fencing bool, start t
 	l := &Lock{c: c, nm: g.nm, key: key, value: g.value, ttl: ttl, token: g.token, fencing: fencing,
 		acquiredAt: start, settled: g.settled, group: g}
 	l.startUntil(g.until)
-	if !c.register(l) { // shutting down (a reader of the group was just released)
+	// Not while the group has a reader (readers leave the group before they are
+	// unregistered, so one is held and Close cannot have shut down); kept so that a
+	// refusal is never ignored.
+	if !c.register(l) {
 		g.refs--
 		l.markLost(LostExpired)
 		return nil
