@@ -227,7 +227,7 @@ func (k *contention) try(attempt int) (l *Lock, res attemptResult, retry bool) {
 	// holder registered (ForceRelease marks the holder lost) and deleted our SETs: the
 	// lock cannot be trusted. Give it up and, while the wait lasts, try again (the key
 	// was just freed).
-	if !c.queues.forcedSince(k.key, forces) {
+	if !c.queues.forcedSince(k.key, forces) && l.keep() {
 		return l, res, false
 	}
 	c.abandon(l)
@@ -253,7 +253,7 @@ func sleep(ctx context.Context, d time.Duration, wake <-chan struct{}) {
 func (c *Client) newLock(nm names, key, value string, ttl time.Duration, fencing bool, start time.Time,
 	attempt int, q *keyQueue, res attemptResult) *Lock {
 	l := &Lock{c: c, nm: nm, key: key, value: value, ttl: ttl, token: res.token, fencing: fencing,
-		acquiredAt: start, attempts: attempt, waited: attempt > 1, q: q, settled: res.settled}
+		acquiredAt: start, attempts: attempt, waited: attempt > 1, q: q, settled: res.settled, provisional: true}
 	if fencing {
 		l.tokenMax = res.token + res.reserve
 	}
@@ -266,6 +266,21 @@ func (c *Client) newLock(nm names, key, value string, ttl time.Duration, fencing
 		return nil
 	}
 	return l
+}
+
+// keep ends a lock's provisional state (newLock) as its Acquire returns it, unless a
+// force release already marked it lost or released it: then it is given up (abandon)
+// like one the force release began too late to mark. The key's turn stays with the
+// Acquire until here, whoever released the lock; from here on the lock carries it, and
+// its release (whoever runs it, once) passes it on.
+func (l *Lock) keep() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.released || l.lostErr != nil {
+		return false
+	}
+	l.provisional = false
+	return true
 }
 
 // abandon gives up a lock just taken that cannot be trusted, without giving up the

@@ -153,3 +153,59 @@ func TestForceReleaseDuringHandoff(t *testing.T) {
 	wg.Wait()
 	t.Logf("handed locks checked %d, valid with keys gone %d", checked.Load(), bad.Load())
 }
+
+// A force release that falls between a round's win and its Acquire keeping the lock
+// (the lock is registered, so ForceRelease marks it lost and releases it) must not pass
+// the key's turn on: the Acquire still owns it, gives the lock up and tries again. Passing
+// it let a second caller of this client contend for the key at the same time, and the
+// first one's release later passed the turn a second time. (Found by
+// TestForceReleaseDuringHandoff under load: two owners' rounds interleaved on one key.)
+func TestForceReleaseLeavesTheTurnWithTheAcquire(t *testing.T) {
+	servers := redistest.StartN(t, 3)
+	c := newTestClient(t, servers, fastOptions())
+	waitRunIDs(t, c)
+	ctx := context.Background()
+	const key = "turn"
+	ttl := 2 * time.Second
+	// The first caller owns the turn and its round just won (as in tryOnce and try).
+	q, _, _, err := c.queues.turn(ctx, key, waiter{ttl: ttl, since: time.Now()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	settled := make(chan struct{})
+	close(settled)
+	c.pending.add(1) // the round's count, which newLock ends
+	l := c.newLock(c.names(key), key, "first:1", ttl, false, time.Now(), 1, q,
+		attemptResult{validity: time.Second, roundStart: time.Now(), settled: settled})
+	// A second caller queues behind it.
+	got := make(chan error, 1)
+	go func() {
+		l2, err := c.Acquire(ctx, key, AcquireOptions{Wait: 5 * time.Second})
+		if err == nil {
+			err = l2.Release(ctx)
+		}
+		got <- err
+	}()
+	eventually(t, "the second Acquire queues", func() bool { return c.Status().Waiting[key] == 1 })
+	if _, err := c.ForceRelease(ctx, key); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-got:
+		t.Fatalf("the queued Acquire ran (%v) while the first still owned the key's turn", err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	if l.keep() {
+		t.Fatal("kept a lock that a force release marked lost")
+	}
+	c.abandon(l)
+	c.queues.done(q, false) // the first caller gives the turn back
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatalf("queued Acquire: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the queued Acquire never got the turn")
+	}
+}

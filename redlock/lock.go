@@ -31,6 +31,10 @@ type Lock struct {
 	renewals int
 	waited   bool // the acquire found the key held and waited (LockInfo.Waited)
 	released bool
+	// provisional: a round just took the lock and its Acquire has not kept it yet (it
+	// may still give it up, and keeps the key's turn either way): a Release meanwhile,
+	// by ForceRelease, must not pass that turn on (acquire.go, keep).
+	provisional bool
 	// pendingRelease: HandOver released the lock here but could not hand it on; the
 	// next Release deletes it in Redis.
 	pendingRelease bool
@@ -374,13 +378,16 @@ func (l *Lock) releaseInRedis(ctx context.Context) error {
 	defer cancel()
 	subscribed := l.q != nil && c.queues.subscribed(l.q)
 	deleted, others, errs := c.releaseOnNodes(ctx, l.nm, l.value, nil, subscribed)
+	l.mu.Lock()
+	ownsTurn := !l.provisional
+	l.mu.Unlock()
 	c.unregister(l)
 	// This client ignores its own notices (its line gets the turn directly); its readers
 	// and, behind readers, its writers wait outside that line: wake them here.
 	c.notices.poke(l.nm.channel)
 	// The next local waiter goes after the keys are gone. If the notice reached other
 	// clients' waiters, it lets them go first: else, being closer, it would win every time.
-	if l.q != nil {
+	if l.q != nil && ownsTurn {
 		c.queues.done(l.q, others)
 	}
 	if len(errs) > len(c.nodes)-c.quorum {
