@@ -52,7 +52,11 @@ func (c *Client) Acquire(ctx context.Context, key string, o AcquireOptions) (*Lo
 			return nil, k.busy(0, 0)
 		}
 		if handed != nil {
-			return handed, nil
+			if handed.keep() {
+				return handed, nil
+			}
+			// Force released before we took it: the turn is ours, the lock is not.
+			c.abandon(handed)
 		}
 	}
 	l, err := k.run()
@@ -268,9 +272,9 @@ func (c *Client) newLock(nm names, key, value string, ttl time.Duration, fencing
 	return l
 }
 
-// keep ends a lock's provisional state (newLock) as its Acquire returns it, unless a
-// force release already marked it lost or released it: then it is given up (abandon)
-// like one the force release began too late to mark. The key's turn stays with the
+// keep ends a lock's provisional state (newLock, handoff) as its Acquire returns it,
+// unless a force release already marked it lost or released it: then it is given up
+// (abandon) like one the force release began too late to mark. The key's turn stays with the
 // Acquire until here, whoever released the lock; from here on the lock carries it, and
 // its release (whoever runs it, once) passes it on.
 func (l *Lock) keep() bool {

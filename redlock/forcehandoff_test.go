@@ -229,3 +229,69 @@ func valueOnNodes(ctx context.Context, c *Client, key, value string) (int, error
 	}
 	return n, nil
 }
+
+// A force release of a lock handed to a waiter that has not taken it yet (its turn came
+// with the lock) must leave the turn with that waiter, which then contends for the key
+// itself: passing the turn on let a newcomer contend at the same time. (Found with an
+// event log under TestForceReleaseDuringHandoff.)
+func TestForceReleaseOfAHandedLockLeavesTheTurnWithItsWaiter(t *testing.T) {
+	servers := redistest.StartN(t, 3)
+	c := newTestClient(t, servers, fastOptions())
+	waitRunIDs(t, c)
+	ctx := context.Background()
+	const key = "handed-turn"
+	ttl := c.opt.TTL
+	held, err := c.Acquire(ctx, key, AcquireOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A waiter queues (as turn does), and is handed the lock with the turn; it has not
+	// run yet to take it.
+	c.queues.mu.Lock()
+	q := c.queues.m[key]
+	w := waiter{ch: make(chan struct{}), ttl: ttl, since: time.Now()}
+	q.waiters = append(q.waiters, w)
+	q.refs++
+	c.queues.mu.Unlock()
+	if err := held.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-w.ch:
+	default:
+		t.Fatal("the lock was not handed to the waiter")
+	}
+	if _, err := c.ForceRelease(ctx, key); err != nil {
+		t.Fatal(err)
+	}
+	// A newcomer must queue behind the waiter, not find the turn free.
+	got := make(chan error, 1)
+	go func() {
+		l, err := c.Acquire(ctx, key, AcquireOptions{Wait: 5 * time.Second})
+		if err == nil {
+			err = l.Release(ctx)
+		}
+		got <- err
+	}()
+	select {
+	case err := <-got:
+		t.Fatalf("a newcomer ran (%v) while the waiter owned the key's turn", err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	// The waiter takes what it was handed: a force-released lock, which it gives up,
+	// keeping the turn; it then gives the turn back.
+	handed := c.queues.takeHanded(q)
+	if handed == nil || handed.keep() {
+		t.Fatalf("took %v, want a force-released lock that is not kept", handed)
+	}
+	c.abandon(handed)
+	c.queues.done(q, false)
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatalf("newcomer: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the newcomer never got the turn")
+	}
+}

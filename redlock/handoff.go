@@ -38,8 +38,11 @@ func (c *Client) handoff(l *Lock, forces uint64) bool {
 	if !ok {
 		return false
 	}
+	// Provisional until its waiter takes it (Acquire, keep): a force release meanwhile
+	// must leave the turn with that waiter, which then contends for the key itself.
 	next := &Lock{c: c, nm: l.nm, key: l.key, value: l.value, ttl: l.ttl, fencing: l.fencing,
-		tokenMax: l.tokenMax, q: l.q, settled: l.settled, streak: l.streak + 1, handed: true, waited: true}
+		tokenMax: l.tokenMax, q: l.q, settled: l.settled, streak: l.streak + 1, handed: true, waited: true,
+		provisional: true}
 	if l.fencing {
 		next.token = l.token + 1
 	}

@@ -31,9 +31,10 @@ type Lock struct {
 	renewals int
 	waited   bool // the acquire found the key held and waited (LockInfo.Waited)
 	released bool
-	// provisional: a round just took the lock and its Acquire has not kept it yet (it
-	// may still give it up, and keeps the key's turn either way): a Release meanwhile,
-	// by ForceRelease, must not pass that turn on (acquire.go, keep).
+	// provisional: a round just took the lock, or a holder just handed it on, and the
+	// Acquire it is for has not kept it yet (it may still give it up, and owns the key's
+	// turn either way): a Release meanwhile, by ForceRelease, must not pass that turn
+	// on (acquire.go, keep).
 	provisional bool
 	// pendingRelease: HandOver released the lock here but could not hand it on; the
 	// next Release deletes it in Redis.

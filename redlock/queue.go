@@ -150,10 +150,14 @@ func (qs *queues) turn(ctx context.Context, key string, w waiter) (q *keyQueue, 
 		}
 	}
 	qs.mu.Unlock()
-	// The turn was handed to us as we gave up: pass it on, with the lock if one came.
-	if l := qs.takeHanded(q); l != nil {
+	// The turn was handed to us as we gave up: pass it on, with the lock if one came
+	// (and is still held: one force released meanwhile left the turn with us).
+	if l := qs.takeHanded(q); l != nil && l.keep() {
 		_ = l.Release(context.Background())
 	} else {
+		if l != nil {
+			l.c.abandon(l)
+		}
 		qs.done(q, false)
 	}
 	return nil, nil, true, ctx.Err()
