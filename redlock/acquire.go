@@ -274,9 +274,9 @@ func (c *Client) newLock(nm names, key, value string, ttl time.Duration, fencing
 
 // keep ends a lock's provisional state (newLock, handoff) as its Acquire returns it,
 // unless a force release already marked it lost or released it: then it is given up
-// (abandon) like one the force release began too late to mark. The key's turn stays with the
-// Acquire until here, whoever released the lock; from here on the lock carries it, and
-// its release (whoever runs it, once) passes it on.
+// (abandon) like one the force release began too late to mark. The key's turn stays with
+// the Acquire until here, whoever released the lock; from here on the lock carries it,
+// and its release (whoever runs it, once) passes it on.
 func (l *Lock) keep() bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
