@@ -1,12 +1,14 @@
 package caddyredlock
 
 import (
+	"fmt"
 	"math"
 	"reflect"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/caddy-redlock/caddy-redlock/internal/redistest"
 	"github.com/caddy-redlock/caddy-redlock/redlock"
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
@@ -307,5 +309,31 @@ func TestSlowRenewalRisk(t *testing.T) {
 		if got := slowRenewalRisk(s); got != c.want {
 			t.Errorf("%s: slowRenewalRisk = %v, want %v (renew %v, node_timeout %v, ttl %v)", c.name, got, c.want, s.renew, s.lock.NodeTimeout, s.lock.TTL)
 		}
+	}
+}
+
+// The same warning, logged by a real Caddy at provisioning: for a short ttl with a long
+// node_timeout, and not for the defaults.
+func TestSlowRenewalWarningLogged(t *testing.T) {
+	servers := redistest.StartN(t, 3)
+	up := newUpstream(t, 0, nil)
+	const warning = "renew_interval plus twice node_timeout is more than half the ttl"
+	s := startCaddy(t, "", fmt.Sprintf(`
+	redlock {
+		%s
+	}
+%s`, redisLine(servers), proxyTo(up)))
+	if s.logContains(warning) {
+		t.Fatal("warned with the defaults")
+	}
+	s.reload(t, fmt.Sprintf(`
+	redlock {
+		%s
+		ttl 1s
+		node_timeout 300ms
+	}
+%s`, redisLine(servers), proxyTo(up)))
+	if !eventually(2*time.Second, func() bool { return s.logContains(warning) }) {
+		t.Fatal("no warning for ttl 1s with node_timeout 300ms")
 	}
 }

@@ -41,7 +41,6 @@ type Client struct {
 	shut     bool           // background stopped (guarded by bgMu)
 	shutMu   sync.Mutex     // one shutdown at a time; shutDone once it ran
 	shutDone bool
-	shutErr  error
 	warnings []string
 
 	sameServerWarned atomic.Bool
@@ -125,7 +124,7 @@ func (c *Client) shutdown() error {
 	c.shutMu.Lock()
 	defer c.shutMu.Unlock()
 	if c.shutDone {
-		return c.shutErr
+		return nil
 	}
 	// Releases that returned at a quorum still have calls on the way to the other
 	// nodes, and acquire rounds may still give back their grants: let them land (a
@@ -148,9 +147,8 @@ func (c *Client) shutdown() error {
 	c.cancel()
 	c.notices.close()
 	c.bg.Wait()
-	c.shutErr = c.closeNodes()
 	c.shutDone = true
-	return c.shutErr
+	return c.closeNodes()
 }
 
 func (c *Client) closeNodes() error {

@@ -182,14 +182,7 @@ func TestForceReleaseLeavesTheTurnWithTheAcquire(t *testing.T) {
 	l := c.newLock(c.names(key), key, "first:1", ttl, false, time.Now(), 1, q,
 		attemptResult{validity: time.Second, roundStart: time.Now(), settled: settled})
 	// A second caller queues behind it.
-	got := make(chan error, 1)
-	go func() {
-		l2, err := c.Acquire(ctx, key, AcquireOptions{Wait: 5 * time.Second})
-		if err == nil {
-			err = l2.Release(ctx)
-		}
-		got <- err
-	}()
+	got := acquireLater(ctx, c, key)
 	eventually(t, "the second Acquire queues", func() bool { return c.Status().Waiting[key] == 1 })
 	if _, err := c.ForceRelease(ctx, key); err != nil {
 		t.Fatal(err)
@@ -265,14 +258,7 @@ func TestForceReleaseOfAHandedLockLeavesTheTurnWithItsWaiter(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A newcomer must queue behind the waiter, not find the turn free.
-	got := make(chan error, 1)
-	go func() {
-		l, err := c.Acquire(ctx, key, AcquireOptions{Wait: 5 * time.Second})
-		if err == nil {
-			err = l.Release(ctx)
-		}
-		got <- err
-	}()
+	got := acquireLater(ctx, c, key)
 	select {
 	case err := <-got:
 		t.Fatalf("a newcomer ran (%v) while the waiter owned the key's turn", err)
@@ -294,4 +280,18 @@ func TestForceReleaseOfAHandedLockLeavesTheTurnWithItsWaiter(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("the newcomer never got the turn")
 	}
+}
+
+// acquireLater runs an Acquire of key (waiting up to 5 s) and its Release on another
+// goroutine; the channel gets the outcome.
+func acquireLater(ctx context.Context, c *Client, key string) <-chan error {
+	got := make(chan error, 1)
+	go func() {
+		l, err := c.Acquire(ctx, key, AcquireOptions{Wait: 5 * time.Second})
+		if err == nil {
+			err = l.Release(ctx)
+		}
+		got <- err
+	}()
+	return got
 }

@@ -244,10 +244,11 @@ func (l *Lock) applyExtend(start time.Time, yes, no, absent int, errs []error) e
 
 // KeepAlive renews the lock every interval until Release, or until it is lost. When a
 // renewal fails it retries sooner (interval/4) while validity remains; when validity ends
-// the lock is lost (its Context is cancelled with a *LostError). maxHold > 0 caps the total hold: at AcquiredAt+maxHold the lock is
-// marked lost (reason max_hold) and renewals stop, so a stuck holder cannot keep a key
-// forever. Renewals of all locks of a client that fall due together go out in one script
-// call per node (renew.go); no goroutine runs per lock. Calling KeepAlive twice is an error.
+// the lock is lost (its Context is cancelled with a *LostError). maxHold > 0 caps the
+// total hold: at AcquiredAt+maxHold the lock is marked lost (reason max_hold) and
+// renewals stop, so a stuck holder cannot keep a key forever. Renewals of all locks of a
+// client that fall due together go out in one script call per node (renew.go); no
+// goroutine runs per lock. Calling KeepAlive twice is an error.
 func (l *Lock) KeepAlive(interval, maxHold time.Duration) error {
 	if interval <= 0 || interval >= l.ttl {
 		return fmt.Errorf("redlock: renew interval must be > 0 and < ttl (%v), got %v", l.ttl, interval)

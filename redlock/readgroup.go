@@ -98,14 +98,9 @@ func (c *Client) joinReader(key string, ttl time.Duration, fencing bool, start t
 	l := &Lock{c: c, nm: g.nm, key: key, value: g.value, ttl: ttl, token: g.token, fencing: fencing,
 		acquiredAt: start, settled: g.settled, group: g}
 	l.startUntil(g.until)
-	// Not while the group has a reader (readers leave the group before they are
-	// unregistered, so one is held and Close cannot have shut down); kept so that a
-	// refusal is never ignored.
-	if !c.register(l) {
-		g.refs--
-		l.markLost(LostExpired)
-		return nil
-	}
+	// Never refused: the group has a reader, registered (readers leave the group before
+	// they are unregistered), so the client holds a lock and has not shut down.
+	c.register(l)
 	return l
 }
 
