@@ -20,6 +20,11 @@ import (
 //     does not make dead nodes come back, so this does not use up the wait);
 //   - ctx.Err() when ctx ended first. Nothing stays locked in any of the failure cases.
 func (c *Client) Acquire(ctx context.Context, key string, o AcquireOptions) (*Lock, error) {
+	return c.acquire(ctx, key, o, false)
+}
+
+// acquire is Acquire; several says the lock is one of an AcquireAll's (its mode).
+func (c *Client) acquire(ctx context.Context, key string, o AcquireOptions, several bool) (*Lock, error) {
 	ttl, err := c.checkAcquire(key, o)
 	if err != nil {
 		return nil, err
@@ -28,7 +33,7 @@ func (c *Client) Acquire(ctx context.Context, key string, o AcquireOptions) (*Lo
 	waitCtx, cancel := context.WithDeadline(ctx, start.Add(o.Wait))
 	defer cancel()
 	k := &contention{c: c, ctx: ctx, waitCtx: waitCtx, key: key, ttl: ttl, fencing: o.Fencing, start: start,
-		slots: []names{c.names(key)}}
+		mode: modeOf(o, several), slots: []names{c.names(key)}}
 	k.slots[0].shared = o.Shared
 	if o.Limit > 1 {
 		k.slots = c.slotNames(key, o.Limit)
@@ -44,7 +49,7 @@ func (c *Client) Acquire(ctx context.Context, key string, o AcquireOptions) (*Lo
 		}
 	} else {
 		var handed *Lock
-		k.q, handed, queued, err = c.queues.turn(waitCtx, key, waiter{ttl: ttl, fencing: o.Fencing, since: start})
+		k.q, handed, queued, err = c.queues.turn(waitCtx, key, waiter{ttl: ttl, fencing: o.Fencing, mode: k.mode, since: start})
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil, ctx.Err()
@@ -122,6 +127,7 @@ type contention struct {
 	owner   string // the random prefix of every value this call writes
 	ttl     time.Duration
 	fencing bool
+	mode    mode
 	start   time.Time
 	w       *watch // the key's release notices, once watched
 }
@@ -223,7 +229,7 @@ func (k *contention) try(attempt int) (l *Lock, res attemptResult, retry bool) {
 	if len(k.slots) > 1 {
 		lq = nil // a place of a limited key: no line kept, no handoff
 	}
-	l = c.newLock(got, k.key, k.owner+strconv.Itoa(attempt), k.ttl, k.fencing, k.start, attempt, lq, res)
+	l = c.newLock(got, k.key, k.owner+strconv.Itoa(attempt), k.ttl, k.fencing, k.mode, k.start, attempt, lq, res)
 	if l == nil {
 		return nil, res, true // the client shut down meanwhile: run sees it closed
 	}
@@ -254,9 +260,9 @@ func sleep(ctx context.Context, d time.Duration, wake <-chan struct{}) {
 
 // newLock registers the lock a successful round took, or gives it back and returns nil
 // when the client shut down while the round was out.
-func (c *Client) newLock(nm names, key, value string, ttl time.Duration, fencing bool, start time.Time,
+func (c *Client) newLock(nm names, key, value string, ttl time.Duration, fencing bool, m mode, start time.Time,
 	attempt int, q *keyQueue, res attemptResult) *Lock {
-	l := &Lock{c: c, nm: nm, key: key, value: value, ttl: ttl, token: res.token, fencing: fencing,
+	l := &Lock{c: c, nm: nm, key: key, value: value, ttl: ttl, token: res.token, fencing: fencing, mode: m,
 		acquiredAt: start, attempts: attempt, waited: attempt > 1, q: q, settled: res.settled, provisional: true}
 	if fencing {
 		l.tokenMax = res.token + res.reserve

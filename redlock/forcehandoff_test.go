@@ -179,7 +179,7 @@ func TestForceReleaseLeavesTheTurnWithTheAcquire(t *testing.T) {
 	settled := make(chan struct{})
 	close(settled)
 	c.pending.add(1) // the round's count, which newLock ends
-	l := c.newLock(c.names(key), key, "first:1", ttl, false, time.Now(), 1, q,
+	l := c.newLock(c.names(key), key, "first:1", ttl, false, mode{}, time.Now(), 1, q,
 		attemptResult{validity: time.Second, roundStart: time.Now(), settled: settled})
 	// A second caller queues behind it.
 	got := acquireLater(ctx, c, key)

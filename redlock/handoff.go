@@ -40,7 +40,7 @@ func (c *Client) handoff(l *Lock, forces uint64) bool {
 	}
 	// Provisional until its waiter takes it (Acquire, keep): a force release meanwhile
 	// must leave the turn with that waiter, which then contends for the key itself.
-	next := &Lock{c: c, nm: l.nm, key: l.key, value: l.value, ttl: l.ttl, fencing: l.fencing,
+	next := &Lock{c: c, nm: l.nm, key: l.key, value: l.value, ttl: l.ttl, fencing: l.fencing, mode: l.mode,
 		tokenMax: l.tokenMax, q: l.q, settled: l.settled, streak: l.streak + 1, handed: true, waited: true,
 		provisional: true}
 	if l.fencing {
@@ -67,7 +67,8 @@ func (c *Client) handoffAllowed(l *Lock) (until time.Time, ok bool) {
 	return until, time.Until(until) >= l.ttl/2
 }
 
-// suits says which waiters l may be handed to: those that asked for the same lock.
+// suits says which waiters l may be handed to: those that asked for the same lock, in
+// the same mode (mode.go: a handoff never crosses modes).
 func suits(l *Lock) func(waiter) bool {
 	return func(w waiter) bool { return w.ttl == l.ttl && w.fencing == l.fencing }
 }

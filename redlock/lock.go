@@ -18,6 +18,7 @@ type Lock struct {
 	token      int64
 	tokenMax   int64 // with fencing: the largest token handed locks may use (handoff.go)
 	fencing    bool
+	mode       mode      // what the acquire asked for: handed on only to the same (mode.go)
 	acquiredAt time.Time // when Acquire was called
 	attempts   int
 	q          *keyQueue
@@ -270,11 +271,22 @@ func (l *Lock) KeepAlive(interval, maxHold time.Duration) error {
 	// The first renewal is due interval after the lock was last taken or renewed in
 	// Redis, not after now: a handed lock continues its predecessor's schedule, so a
 	// chain of handoffs cannot postpone renewals until the lock lapses.
-	lastRenewed := l.until.Add(-(l.ttl - drift(l.ttl, l.c.opt.DriftFactor)))
-	first := lastRenewed.Add(interval)
+	first := l.lastRenewedLocked().Add(interval)
 	l.mu.Unlock()
 	l.c.renewer.add(l, interval, first)
 	return nil
+}
+
+// lastRenewed is when the lock was last taken or renewed in Redis (its validity counts
+// from then).
+func (l *Lock) lastRenewed() time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.lastRenewedLocked()
+}
+
+func (l *Lock) lastRenewedLocked() time.Time {
+	return l.until.Add(-(l.ttl - drift(l.ttl, l.c.opt.DriftFactor)))
 }
 
 func (l *Lock) errLocked() error {

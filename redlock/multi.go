@@ -15,10 +15,13 @@ const MaxKeys = 16
 // same mode for every key). The keys are sorted and duplicates merged, and they are taken
 // one by one in that order: two callers whose key sets overlap wait for each other in the
 // same order, so they cannot deadlock (A->B against B->A). o.Wait bounds the whole call.
-// On any failure the keys already taken are released and the error is Acquire's for the
-// key that failed (a *BusyError names it). The locks come back in that sorted order;
-// renew each (KeepAlive), watch each (any one lost means the set is lost) and release
-// each.
+// The keys already taken are renewed while a later one is awaited (the wait may be longer
+// than the ttl), and every lock returned is held, with the validity Lock.Info reports; if
+// one of them was lost meanwhile (a node outage, a force release), all are given back
+// and, while the wait lasts, taken again. On any failure the keys already taken are
+// released and the error is Acquire's for the key that failed (a *BusyError names it).
+// The locks come back in that sorted order; renew each (KeepAlive), watch each (any one
+// lost means the set is lost) and release each.
 func (c *Client) AcquireAll(ctx context.Context, keys []string, o AcquireOptions) ([]*Lock, error) {
 	if len(keys) == 0 {
 		return nil, errors.New("redlock: AcquireAll: no key")
@@ -35,19 +38,83 @@ func (c *Client) AcquireAll(ctx context.Context, keys []string, o AcquireOptions
 	if _, err := c.checkOptions(o); err != nil { // as Acquire: a negative wait is refused, not read as 0
 		return nil, err
 	}
-	deadline := time.Now().Add(o.Wait)
-	held := make([]*Lock, 0, len(keys))
-	for _, k := range keys {
+	start := time.Now()
+	deadline := start.Add(o.Wait)
+	for {
+		held, lost, err := c.acquireSet(ctx, keys, o, deadline)
+		switch {
+		case err != nil || lost == "":
+			return held, err
+		case !time.Now().Before(deadline):
+			// Lost again after the wait ran out: as for a key still busy then.
+			return nil, &BusyError{Key: lost, Waited: time.Since(start)}
+		}
+		// A lock taken early was lost while a later key was awaited: all were given
+		// back; take the set again while the wait lasts.
+	}
+}
+
+// acquireSet takes keys in order, renewing those taken while it waits for the next. It
+// returns the set, or an error, or the key of a lock lost meanwhile (all given back).
+func (c *Client) acquireSet(ctx context.Context, keys []string, o AcquireOptions, deadline time.Time) (held []*Lock, lost string, err error) {
+	held = make([]*Lock, 0, len(keys))
+	for i, k := range keys {
 		ko := o
 		ko.Wait = max(time.Until(deadline), 0)
-		l, err := c.Acquire(ctx, k, ko)
+		// The wait for this key ends early when a lock already taken is lost.
+		wctx, stop := heldContext(ctx, held)
+		l, err := c.acquire(wctx, k, ko, true)
+		stop()
 		if err != nil {
+			c.unholdAll(held)
+			lost := firstLost(held) // before the releases below end them all
 			releaseAll(context.WithoutCancel(ctx), held)
-			return nil, err
+			if lost != "" && ctx.Err() == nil {
+				return nil, lost, nil
+			}
+			return nil, "", err
 		}
 		held = append(held, l)
+		if i < len(keys)-1 {
+			c.renewer.hold(l, l.ttl/3) // the next key may be busy for longer than the ttl
+		}
 	}
-	return held, nil
+	c.unholdAll(held[:len(held)-1]) // from here the caller's KeepAlive renews them
+	if lost := firstLost(held); lost != "" {
+		releaseAll(context.WithoutCancel(ctx), held)
+		return nil, lost, nil
+	}
+	return held, "", nil
+}
+
+// heldContext is ctx, also cancelled when one of locks is lost.
+func heldContext(ctx context.Context, locks []*Lock) (context.Context, context.CancelFunc) {
+	cancels := make([]context.CancelFunc, len(locks))
+	for i, l := range locks {
+		ctx, cancels[i] = l.Context(ctx)
+	}
+	return ctx, func() {
+		for _, c := range cancels {
+			c()
+		}
+	}
+}
+
+// firstLost is the key of the first of locks that is no longer valid, or "".
+func firstLost(locks []*Lock) string {
+	for _, l := range locks {
+		if l.validity() <= 0 {
+			return l.key
+		}
+	}
+	return ""
+}
+
+// unholdAll stops AcquireAll's own renewals of locks (renewer.hold).
+func (c *Client) unholdAll(locks []*Lock) {
+	for _, l := range locks {
+		c.renewer.unhold(l)
+	}
 }
 
 // releaseAll releases locks at once (a failed AcquireAll's partial set).

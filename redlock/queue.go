@@ -53,8 +53,9 @@ type keyQueue struct {
 type waiter struct {
 	ch      chan struct{} // closed to hand over the turn
 	ttl     time.Duration // what it asked for: a lock is handed only to a waiter that
-	fencing bool          // wants the same ttl and fencing
-	since   time.Time     // when its Acquire began
+	fencing bool          // wants the same ttl, fencing and mode (handoff.go, suits)
+	mode    mode
+	since   time.Time // when its Acquire began
 }
 
 func newQueues() *queues {

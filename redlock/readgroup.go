@@ -95,7 +95,7 @@ func (c *Client) joinReader(key string, ttl time.Duration, fencing bool, start t
 		return nil
 	}
 	g.refs++
-	l := &Lock{c: c, nm: g.nm, key: key, value: g.value, ttl: ttl, token: g.token, fencing: fencing,
+	l := &Lock{c: c, nm: g.nm, key: key, value: g.value, ttl: ttl, token: g.token, fencing: fencing, mode: mode{shared: true},
 		acquiredAt: start, settled: g.settled, group: g}
 	l.startUntil(g.until)
 	// Never refused: the group has a reader, registered (readers leave the group before

@@ -89,6 +89,27 @@ func (r *renewer) remove(l *Lock) {
 	l.renewing.Wait()
 }
 
+// hold renews l every interval until unhold, without KeepAlive: AcquireAll keeps the
+// keys it took while it waits for the next (multi.go). The first renewal is due interval
+// after the lock was last taken or renewed in Redis.
+func (r *renewer) hold(l *Lock, every time.Duration) {
+	r.add(l, every, l.lastRenewed().Add(every))
+}
+
+// unhold stops hold's renewals and waits for one in flight, leaving l as Acquire returned
+// it: KeepAlive may schedule it again. A lock released meanwhile stays stopped.
+func (r *renewer) unhold(l *Lock) {
+	r.remove(l)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	l.mu.Lock()
+	released := l.released
+	l.mu.Unlock()
+	if !released {
+		l.stopped = false
+	}
+}
+
 func (r *renewer) poke() {
 	select {
 	case r.wake <- struct{}{}:
