@@ -88,18 +88,26 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 func (h *Handler) serveLocked(ctx context.Context, w http.ResponseWriter, r *http.Request, next caddyhttp.Handler,
 	repl *caddy.Replacer, l heldLocks, e *inflight) error {
 	key := e.key
-	// Runs on every way out, panics included. aborted is set only once next returned.
-	aborted := false
+	// An upgraded connection is watched: its tunnel's end decides as much as next's
+	// error does (tunnel.go).
+	kind := tunnelOf(r)
+	var tw *tunnelWatch
+	if kind == upgradeTunnel {
+		tw = newTunnelWatch(w)
+		w = tw
+	}
+	// Runs on every way out, panics included. ended is filled in only once next returned.
+	var ended requestEnd
 	defer func() {
 		// reverse_proxy aborts a response the client stopped reading by panicking with
 		// http.ErrAbortHandler, possibly before the context shows the client is gone:
 		// the upstream may still be streaming, so that is a cut-short request too. Other
 		// panics (handler bugs) release at once. Either way the panic goes on up.
 		if rec := recover(); rec != nil {
-			h.finish(l, e, r, rec == http.ErrAbortHandler || ctx.Err() != nil)
+			h.finish(l, e, r, requestEnd{abortPanic: rec == http.ErrAbortHandler, cancelled: ctx.Err() != nil})
 			panic(rec)
 		}
-		h.finish(l, e, r, aborted)
+		h.finish(l, e, r, ended)
 	}()
 
 	if err := l.keepAlive(h.s.renew, h.s.maxHold); err != nil {
@@ -120,28 +128,22 @@ func (h *Handler) serveLocked(ctx context.Context, w http.ResponseWriter, r *htt
 	defer stop() // on a panic in next; a no-op after the call below
 	err := next.ServeHTTP(w, r.WithContext(ctx))
 	stop()
-	aborted = ctx.Err() != nil || upstreamMayStillWork(err, r)
+	ended = requestEnd{cancelled: ctx.Err() != nil, mayWork: upstreamMayStillWork(err, r), tunnel: tunnelEndOf(kind, tw)}
 	if cause := context.Cause(ctx); isLost(cause) && err != nil {
 		return fmt.Errorf("%w (request aborted: %v)", err, cause)
 	}
 	return err
 }
 
-// finish releases the lock of a request whose ServeHTTP is returning, and gives back the
-// request's reference to the locker.
-//
-// A request that was cut short while next ran (the client went away, the lock was lost,
-// max_hold, Caddy exiting) or whose next handler gave up with an error that can leave
-// the upstream working (upstreamMayStillWork: a proxy timeout, a broken upstream
-// connection) only stopped on Caddy's side: the upstream may not have noticed yet and
-// still be working on it. Its lock, if still held, is therefore kept, renewed, for one
-// more ttl (state "draining") before it is released, so that the next holder does not
-// overlap a straggler. A request that completed, failed with a client error (4xx, and no
-// request body) or panicked releases at once: to the next waiting request of this
-// instance right here when that costs no round trip (Lock.HandOver), else in the
-// background.
-func (h *Handler) finish(l heldLocks, e *inflight, r *http.Request, aborted bool) {
-	if !aborted && l.handOver() {
+// finish hands over, releases or drains the locks of a request whose ServeHTTP is
+// returning, as endOf says (endrule.go), and gives back the request's reference to the
+// locker.
+func (h *Handler) finish(l heldLocks, e *inflight, r *http.Request, ended requestEnd) {
+	if ended.cut() {
+		ended.allLost = l.allLost() // read only here: every request passes by
+	}
+	action := endOf(ended)
+	if action == endHandOver && l.handOver() {
 		// The next request of this instance waiting for the key has the lock now, with no
 		// Redis round trip: it starts on the upstream while this response is still being
 		// finished (the upstream is done with this one: next has returned).
@@ -154,10 +156,7 @@ func (h *Handler) finish(l heldLocks, e *inflight, r *http.Request, aborted bool
 		runtime.Gosched()
 		return
 	}
-	// Draining only helps while the lock still keeps others out: a lost lock (renewals
-	// failed, max_hold, force release) is given back at once. Of several keys, those
-	// still held drain (a lost one drains with them: there is nothing left to keep).
-	if !aborted || l.allLost() {
+	if action != endDrain {
 		// Off the response's critical path: net/http finishes the response (the last
 		// flush, the end of a chunked body) only once ServeHTTP has returned, so a
 		// release round trip here would delay every client. The request's table entry
@@ -175,9 +174,11 @@ func (h *Handler) finish(l heldLocks, e *inflight, r *http.Request, aborted bool
 		}()
 		return
 	}
+	// Of several keys, those still held drain (a lost one drains with them: there is
+	// nothing left to keep).
 	e.setState(stateDraining)
-	h.logger.Debug("redlock request cut short or upstream error: lock kept one more ttl before release (draining)",
-		zap.String("key", e.key), zap.Int64("held_ms", e.heldFor().Milliseconds()), tokenField(l))
+	h.logger.Debug("redlock request cut short, upstream error or tunnel not closed cleanly: lock kept one more ttl before release (draining)",
+		zap.String("key", e.key), zap.Bool("tunnel", ended.tunnel != tunnelNone), zap.Int64("held_ms", e.heldFor().Milliseconds()), tokenField(l))
 	// The timer owns the lock and the request's table entry until it fires; it always
 	// fires (within one ttl), also on reloads and shutdown.
 	time.AfterFunc(h.s.lock.TTL, func() {

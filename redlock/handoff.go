@@ -70,7 +70,7 @@ func (c *Client) handoffAllowed(l *Lock) (until time.Time, ok bool) {
 // suits says which waiters l may be handed to: those that asked for the same lock, in
 // the same mode (mode.go: a handoff never crosses modes).
 func suits(l *Lock) func(waiter) bool {
-	return func(w waiter) bool { return w.ttl == l.ttl && w.fencing == l.fencing }
+	return func(w waiter) bool { return w.ttl == l.ttl && w.fencing == l.fencing && w.mode == l.mode }
 }
 
 // handoffLikely says, without changing anything, whether handoff(l) would find the

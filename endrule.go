@@ -1,0 +1,64 @@
+package caddyredlock
+
+// What the end of a request means for its locks: one pure rule (endOf), table-tested
+// (endrule_test.go), applied by Handler.finish.
+//
+// A request that completed hands its lock to the next waiting request of this instance
+// when that costs no round trip, else releases it. A request cut short (the client went
+// away, the lock was lost, max_hold, Caddy exiting, reverse_proxy aborting the response),
+// one whose next handler failed in a way that can leave the upstream working
+// (upstreamMayStillWork), and a tunnel that did not end cleanly on both sides
+// (tunnel.go) only stopped on Caddy's side: the upstream may still be working on it. Its
+// lock, if still held, is kept, renewed, for one more ttl before it is released
+// (draining), so that the next holder does not overlap a straggler. A lock that keeps
+// nobody out any more (lost) is given back at once.
+
+// requestEnd is what finish knows of how a request's exchange ended.
+type requestEnd struct {
+	cancelled  bool      // the request's context was done when next returned or panicked
+	abortPanic bool      // next panicked with http.ErrAbortHandler (reverse_proxy aborting a response)
+	mayWork    bool      // next returned an error that can leave the upstream working
+	tunnel     tunnelEnd // how an upgraded connection's tunnel ended (tunnelNone: none was opened)
+	allLost    bool      // none of the request's locks keeps anyone out any more (read only when cut)
+}
+
+// cut reports whether the exchange ended early, on Caddy's side only.
+func (e requestEnd) cut() bool {
+	return e.cancelled || e.abortPanic || e.mayWork || e.tunnel == tunnelCut
+}
+
+// endAction is what happens to a request's locks when it ends.
+type endAction int
+
+const (
+	endHandOver endAction = iota // hand over to the next local waiter if free of round trips, else release
+	endRelease                   // release at once, off the response path
+	endDrain                     // keep, renewed, one more ttl, then release
+)
+
+func (a endAction) String() string {
+	return [...]string{"hand over", "release", "drain"}[a]
+}
+
+// endOf is the rule above.
+func endOf(e requestEnd) endAction {
+	switch {
+	case !e.cut():
+		return endHandOver
+	case e.allLost:
+		return endRelease
+	}
+	return endDrain
+}
+
+// tunnelEndOf says how a request's tunnel ended: watched for an Upgrade (tw), unknown
+// for an extended CONNECT (no hijack to watch: treated as cut short).
+func tunnelEndOf(kind tunnelKind, tw *tunnelWatch) tunnelEnd {
+	switch kind {
+	case upgradeTunnel:
+		return tw.end()
+	case extendedTunnel:
+		return tunnelCut
+	}
+	return tunnelNone
+}

@@ -1,0 +1,43 @@
+package caddyredlock
+
+import "testing"
+
+// The end-of-request rule, case by case.
+func TestEndOf(t *testing.T) {
+	cases := []struct {
+		name string
+		end  requestEnd
+		want endAction
+	}{
+		{"completed", requestEnd{}, endHandOver},
+		{"completed, lock lost meanwhile (HandOver refuses it)", requestEnd{allLost: true}, endHandOver},
+		{"client went away", requestEnd{cancelled: true}, endDrain},
+		{"lost while running (context cancelled)", requestEnd{cancelled: true, allLost: true}, endRelease},
+		{"reverse_proxy aborted the response", requestEnd{abortPanic: true}, endDrain},
+		{"upstream error that may leave it working", requestEnd{mayWork: true}, endDrain},
+		{"upstream error, lock lost", requestEnd{mayWork: true, allLost: true}, endRelease},
+		{"tunnel closed cleanly on both sides", requestEnd{tunnel: tunnelClean}, endHandOver},
+		{"tunnel cut (reset, stream_timeout)", requestEnd{tunnel: tunnelCut}, endDrain},
+		{"tunnel cut, lock lost", requestEnd{tunnel: tunnelCut, allLost: true}, endRelease},
+		{"upgrade answered without switching", requestEnd{tunnel: tunnelNone}, endHandOver},
+	}
+	for _, tc := range cases {
+		if got := endOf(tc.end); got != tc.want {
+			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
+// An extended CONNECT tunnel (HTTP/2, HTTP/3 websockets) cannot be watched: it counts as
+// cut short whatever next returned.
+func TestTunnelEndOfExtendedConnect(t *testing.T) {
+	if got := tunnelEndOf(extendedTunnel, nil); got != tunnelCut {
+		t.Fatalf("extended CONNECT: %v, want cut", got)
+	}
+	if got := tunnelEndOf(noTunnel, nil); got != tunnelNone {
+		t.Fatalf("no tunnel: %v", got)
+	}
+	if got := tunnelEndOf(upgradeTunnel, newTunnelWatch(nil)); got != tunnelNone {
+		t.Fatalf("an upgrade never hijacked: %v, want none", got)
+	}
+}
