@@ -145,8 +145,12 @@ type nodeJSON struct {
 	LastErrorAt       time.Time `json:"last_error_at,omitzero"`
 	Errors            uint64    `json:"errors"`
 	RunID             string    `json:"run_id,omitempty"`
-	QuarantinedUntil  time.Time `json:"quarantined_until,omitzero"` // set while a restarted node may not vote
+	QuarantinedUntil  time.Time `json:"quarantined_until,omitzero"` // set while a node that may have lost its keys may not vote
 	QuarantinedLeftMS int64     `json:"quarantine_left_ms,omitempty"`
+	// QuarantineCause: restart (run_id changed), data_loss (marker gone or changed,
+	// evictions) or young (its data began less than a quarantine ago).
+	QuarantineCause string `json:"quarantine_cause,omitempty"`
+	DataMarker      bool   `json:"data_marker"` // the node keeps the data marker: a loss without restart is seen
 }
 
 // lockerJSON names a locker: one redlock client, shared by all handlers with the same
@@ -182,12 +186,11 @@ func (a *AdminAPI) handleNodes(w http.ResponseWriter, r *http.Request) error {
 		for _, n := range li.client.Status().Nodes {
 			nj := nodeJSON{Address: n.Address, Up: n.Up, Checked: n.Checked, LastRTTMS: millis(n.LastRTT),
 				LastCheck: n.LastCheck, LastError: n.LastError, LastErrorAt: n.LastErrorAt, Errors: n.Errors,
-				RunID: n.RunID, QuarantinedUntil: n.QuarantinedUntil}
-			left := n.QuarantinedUntil.Sub(now)
-			if left > 0 {
+				RunID: n.RunID, QuarantinedUntil: n.QuarantinedUntil, QuarantineCause: n.QuarantineCause,
+				DataMarker: n.Marker, Voting: n.Votes}
+			if left := n.QuarantinedUntil.Sub(now); left > 0 {
 				nj.QuarantinedLeftMS = left.Milliseconds()
 			}
-			nj.Voting = n.Up && left <= 0
 			if n.Up {
 				ln.Up++
 			}

@@ -14,6 +14,7 @@ type healthNodeJSON struct {
 	Address           string `json:"address"`
 	Up                bool   `json:"up"`
 	QuarantinedLeftMS int64  `json:"quarantine_left_ms,omitempty"`
+	QuarantineCause   string `json:"quarantine_cause,omitempty"`
 	LastError         string `json:"last_error,omitempty"`
 }
 
@@ -39,13 +40,12 @@ func health(now time.Time) healthJSON {
 		hl := healthLockerJSON{lockerJSON: describeLocker(li), NotVoting: []healthNodeJSON{}}
 		for _, n := range li.client.Status().Nodes {
 			hl.Nodes++
-			left := n.QuarantinedUntil.Sub(now)
-			if n.Up && left <= 0 {
+			if n.Votes { // the library's own rule
 				hl.Voting++
 				continue
 			}
-			hn := healthNodeJSON{Address: n.Address, Up: n.Up, LastError: n.LastError}
-			if left > 0 {
+			hn := healthNodeJSON{Address: n.Address, Up: n.Up, LastError: n.LastError, QuarantineCause: n.QuarantineCause}
+			if left := n.QuarantinedUntil.Sub(now); left > 0 {
 				hn.QuarantinedLeftMS = left.Milliseconds()
 			}
 			hl.NotVoting = append(hl.NotVoting, hn)

@@ -2,6 +2,7 @@ package redlock
 
 import (
 	"context"
+	"crypto/rand"
 	"fmt"
 	"net"
 	"strconv"
@@ -46,7 +47,10 @@ type node struct {
 	lastErrAt   time.Time
 	lastCheck   time.Time
 	runID       string
-	restartSeen time.Time // when this client saw the run_id change (monotonic reading)
+	lossSeen    time.Time // when this client saw the node lose its keys (monotonic reading; voting.go)
+	lossCause   string    // CauseRestart or CauseDataLoss
+	marker      string    // the node's data marker as last read (dataloss.go)
+	evicted     int64     // INFO's evicted_keys as last read, -1 before
 	youngWarned bool      // warnYoung logged
 	errors      uint64
 }
@@ -61,8 +65,14 @@ type NodeStatus struct {
 	// LastErrorAt and LastCheck are when the last failure and the last health check were.
 	LastErrorAt, LastCheck time.Time
 	RunID                  string    // the server's run_id: a change means a restart
-	QuarantinedUntil       time.Time // a restarted node does not vote before then (voting.go)
-	Errors                 uint64    // failed commands so far
+	QuarantinedUntil       time.Time // a node that may have lost its keys does not vote before then (voting.go)
+	// QuarantineCause says why: CauseRestart, CauseDataLoss or CauseYoung ("" when it votes).
+	QuarantineCause string
+	// Votes reports whether the node's grants count towards a quorum now: it is up and
+	// not quarantined (the library's own rule; an operator view needs no other).
+	Votes  bool
+	Marker bool   // the node keeps this client's data marker (dataloss.go): losses without a restart are seen
+	Errors uint64 // failed commands so far
 }
 
 // parseNodeURL accepts redis://, rediss:// (TLS), unix:// and bare host:port (connect.go).
@@ -95,7 +105,7 @@ func newNode(c *Client, raw string) (*node, error) {
 	if err != nil {
 		return nil, err
 	}
-	n := &node{addr: addr, c: c}
+	n := &node{addr: addr, c: c, evicted: -1}
 	t := c.opt.NodeTimeout
 	opt.DialTimeout = t
 	opt.ReadTimeout = t
@@ -151,29 +161,30 @@ func (n *node) onConnect(ctx context.Context, cn *redis.Conn) error {
 	var info *redis.StringCmd
 	var ann *redis.Cmd
 	_, err := cn.Pipelined(ctx, func(p redis.Pipeliner) error {
-		info = p.Info(ctx, "server")
+		info = p.Info(ctx)
 		ann = n.announce(ctx, p)
 		return nil
 	})
 	if err != nil {
-		return fmt.Errorf("redlock: INFO server and max_ttl announce on connect: %w", err)
+		return fmt.Errorf("redlock: INFO and max_ttl announce on connect: %w", err)
 	}
-	n.observe(info.Val())
-	n.noteBound(ann)
+	n.observe(info.Val(), ann)
 	return nil
 }
 
-// announce queues announceScript with this client's MaxTTL. EVAL, not EVALSHA: it runs
-// on a new connection or once a health interval, and needs no NOSCRIPT fallback.
+// announce queues announceScript with this client's MaxTTL and a new marker value (used
+// only if the node has none). EVAL, not EVALSHA: it runs on a new connection or once a
+// health interval, and needs no NOSCRIPT fallback.
 func (n *node) announce(ctx context.Context, p redis.Pipeliner) *redis.Cmd {
 	b := n.c.opt.MaxTTL
-	return p.Eval(ctx, announceScript, []string{n.c.boundKey()}, b.Milliseconds(), boundExpiry(b).Milliseconds(), maxBound.Milliseconds())
+	return p.Eval(ctx, announceScript, []string{n.c.boundKey(), n.c.markerKey()}, b.Milliseconds(),
+		boundExpiry(b).Milliseconds(), maxBound.Milliseconds(), rand.Text())
 }
 
 // noteBound records the bound a node answered to announceScript (one above maxBound is
 // not believed: the script replaces such a value).
-func (n *node) noteBound(cmd *redis.Cmd) {
-	if ms, err := cmd.Int64(); err == nil && ms > 0 && ms <= maxBound.Milliseconds() {
+func (n *node) noteBound(ms int64) {
+	if ms > 0 && ms <= maxBound.Milliseconds() {
 		n.bound.Store(int64(time.Duration(ms) * time.Millisecond))
 	}
 }
@@ -187,38 +198,72 @@ func parseInfoField(info, field string) string {
 	return ""
 }
 
-// observe applies the delayed-restart rule to an INFO server reply. A node whose run_id
-// changed may have lost its keys, so it must not vote until every lock it could have
-// held has expired. A node seen for the first time cannot be compared with anything, but
-// its uptime tells when it started: if less than a quarantine ago, it may be a node that
-// just restarted under other clients' locks (this client being new: a Caddy start or
-// reload), and it is held back the same way until a quarantine after its start (young),
-// unless it started together with a majority of the nodes (Client.freshStart).
-func (n *node) observe(info string) {
-	id := parseInfoField(info, "run_id")
-	if id == "" {
-		return
-	}
+// observe applies the delayed-restart and data-loss rules to an INFO reply and the
+// node's answer to announceScript. A node whose run_id changed, or whose data marker is
+// gone or changed, or that evicted keys, may have lost its keys, so it must not vote
+// until every lock it could have held has expired (lossSeen, voting.go). A node seen for
+// the first time cannot be compared with anything, but its uptime and its marker's age
+// tell when its data began: if less than a quarantine ago, it may be a node that just
+// lost its keys under other clients' locks (this client being new: a Caddy start or
+// reload), and it is held back the same way until a quarantine after that (young),
+// unless it began together with a majority of the nodes (freshStart).
+func (n *node) observe(info string, ann *redis.Cmd) {
 	now := time.Now()
+	id := parseInfoField(info, "run_id")
+	up, upErr := strconv.ParseInt(parseInfoField(info, "uptime_in_seconds"), 10, 64)
+	evicted, evErr := strconv.ParseInt(parseInfoField(info, "evicted_keys"), 10, 64)
+	m, mErr := parseMarker(ann)
+	if mErr == nil {
+		n.noteBound(m.bound)
+	}
 	n.mu.Lock()
-	prev := n.runID
-	n.runID = id
+	prevID, prevMarker, prevEvicted := n.runID, n.marker, n.evicted
+	cause := ""
+	switch {
+	case id != "" && prevID != "" && prevID != id:
+		cause = CauseRestart
+	case mErr == nil && prevMarker != "" && prevMarker != m.value:
+		cause = CauseDataLoss // gone (re-created) or changed: FLUSHALL, a failover, a restart without run_id
+	case evErr == nil && prevEvicted >= 0 && evicted > prevEvicted:
+		cause = CauseDataLoss // evicted under memory pressure: any key may have been a lock
+	}
+	if id != "" {
+		n.runID = id
+	}
+	if evErr == nil {
+		n.evicted = evicted
+	}
+	if mErr == nil {
+		n.marker = m.value
+	}
 	var until time.Time
-	if prev != "" && prev != id {
-		n.restartSeen = now
+	if cause != "" {
+		n.lossSeen, n.lossCause = now, cause
 		until = now.Add(n.c.quarantine())
 	}
-	if prev != id {
-		// Redis reports floor(now) - floor(start) in whole seconds: the run is more than
-		// uptime-1 seconds old, and may be barely that. Take the latest possible start.
-		if up, err := strconv.ParseInt(parseInfoField(info, "uptime_in_seconds"), 10, 64); err == nil {
-			n.startedAt.Store(now.Add(-time.Duration(max(up-1, 0)) * time.Second).UnixNano())
+	// When the data began: the process start (Redis reports floor(now) - floor(start) in
+	// whole seconds: the run is more than uptime-1 seconds old, and may be barely that;
+	// take the latest possible start), or the marker's creation if later. Set on first
+	// sight and on every change.
+	if prevID != id || prevMarker != m.value || cause != "" {
+		var started time.Time
+		if upErr == nil {
+			started = now.Add(-time.Duration(max(up-1, 0)) * time.Second)
+		}
+		if mErr == nil {
+			if ms := now.Add(-m.age); ms.After(started) {
+				started = ms
+			}
+		}
+		if !started.IsZero() {
+			n.startedAt.Store(started.UnixNano())
 		}
 	}
 	n.mu.Unlock()
-	if !until.IsZero() {
-		n.c.opt.Logger.Warn("redis node restarted; it will not vote until its quarantine ends",
-			slog.String("node", n.addr), slog.String("previous_run_id", prev), slog.String("run_id", id), slog.Time("quarantined_until", until))
+	if cause != "" {
+		n.c.opt.Logger.Warn("redis node may have lost its keys; it will not vote until its quarantine ends",
+			slog.String("node", n.addr), slog.String("cause", cause), slog.String("previous_run_id", prevID),
+			slog.String("run_id", id), slog.Time("quarantined_until", until))
 	}
 }
 
@@ -242,15 +287,16 @@ func (n *node) status() NodeStatus {
 	n.mu.Lock()
 	s := NodeStatus{
 		Address: n.addr, Up: n.up, Checked: n.checked, LastRTT: n.lastRTT, LastError: n.lastErr,
-		LastErrorAt: n.lastErrAt, LastCheck: n.lastCheck, RunID: n.runID, Errors: n.errors,
+		LastErrorAt: n.lastErrAt, LastCheck: n.lastCheck, RunID: n.runID, Errors: n.errors, Marker: n.marker != "",
 	}
 	n.mu.Unlock()
-	s.QuarantinedUntil = n.quarantinedUntil(time.Now())
+	s.QuarantinedUntil, s.QuarantineCause = n.quarantine(time.Now())
+	s.Votes = s.Up && s.QuarantinedUntil.IsZero()
 	return s
 }
 
-// check is one health probe: INFO server gives liveness, latency and the run_id; the
-// announce renews this client's MaxTTL on the node and reads the bound it holds.
+// check is one health probe: INFO gives liveness, latency, the run_id and evictions; the
+// announce renews this client's MaxTTL and the data marker on the node and reads both.
 func (n *node) check(ctx context.Context, timeout time.Duration) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
@@ -258,15 +304,14 @@ func (n *node) check(ctx context.Context, timeout time.Duration) {
 	var info *redis.StringCmd
 	var ann *redis.Cmd
 	_, err := n.client.Pipelined(ctx, func(p redis.Pipeliner) error {
-		info = p.Info(ctx, "server")
+		info = p.Info(ctx)
 		ann = n.announce(ctx, p)
 		return nil
 	})
 	rtt := time.Since(start)
 	n.record("health", rtt, err)
 	if err == nil {
-		n.observe(info.Val())
-		n.noteBound(ann)
+		n.observe(info.Val(), ann)
 	}
 	n.mu.Lock()
 	n.checked = true

@@ -171,7 +171,7 @@ func TestYoungWindowIsConservative(t *testing.T) {
 	servers := redistest.StartN(t, 1)
 	c := newTestClient(t, servers, fastOptions())
 	n := &node{addr: "test", c: c} // not one of c's nodes: nothing else observes it
-	n.observe("run_id:abc\r\nuptime_in_seconds:1\r\n")
+	n.observe("run_id:abc\r\nuptime_in_seconds:1\r\n", nil)
 	if age := time.Since(time.Unix(0, n.startedAt.Load())); age < 0 || age > 500*time.Millisecond {
 		t.Fatalf("uptime 1 s dated the start %v ago, want about now", age)
 	}

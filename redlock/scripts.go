@@ -271,12 +271,16 @@ return n
 `)
 
 // announceScript keeps, under the prefix, the longest ttl any client of these nodes may
-// use (voting.go): KEYS[1] the bound key; ARGV[1] the announcing client's MaxTTL in ms,
-// ARGV[2] how long that announcement lives in ms, ARGV[3] the largest bound believed
-// (maxBound). The larger value wins; the winner's announcement sets the expiry, so a
-// bound outlives its last announcer by that much and then lapses (a client long gone no
-// longer lengthens everyone's quarantine). A value no client of ours wrote (not a number,
-// above maxBound, or without an expiry) is replaced. Returns the bound now stored, in ms.
+// use (voting.go) and the node's data marker (dataloss.go): KEYS[1] the bound key,
+// KEYS[2] the marker key; ARGV[1] the announcing client's MaxTTL in ms, ARGV[2] how long
+// that announcement (and the marker) lives in ms, ARGV[3] the largest bound believed
+// (maxBound), ARGV[4] a new marker value, used only when the node has none. The larger
+// bound wins; the winner's announcement sets the expiry, so a bound outlives its last
+// announcer by that much and then lapses (a client long gone no longer lengthens
+// everyone's quarantine). A value no client of ours wrote (not a number, above maxBound,
+// or without an expiry) is replaced. The marker is created with the node's clock
+// appended (0 for a user not granted TIME: the
+// permission probe names it), else kept alive. Returns {bound now stored in ms, marker, node clock in ms}.
 // A plain string so it can go out as EVAL in a pipeline.
 const announceScript = `
 local cur = redis.pcall('GET', KEYS[1])
@@ -285,7 +289,17 @@ if cur > tonumber(ARGV[3]) or (cur > 0 and redis.call('PTTL', KEYS[1]) < 0) then
 local mine = tonumber(ARGV[1])
 if mine >= cur then
   redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-  return mine
+  cur = mine
 end
-return cur
+local t = redis.pcall('TIME')
+local now = 0
+if type(t) == 'table' and t[1] then now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) end
+local m = redis.pcall('GET', KEYS[2])
+if type(m) ~= 'string' then
+  m = ARGV[4] .. ':' .. now
+  redis.call('SET', KEYS[2], m, 'PX', ARGV[2])
+else
+  redis.call('PEXPIRE', KEYS[2], ARGV[2])
+end
+return {cur, m, now}
 `

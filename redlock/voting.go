@@ -58,63 +58,123 @@ func (c *Client) quarantine() time.Duration {
 	return b + drift(b, c.opt.DriftFactor)
 }
 
-// restarted reports whether the node is in the quarantine of a restart this client saw.
-func (n *node) restarted(now time.Time) bool { return !n.restartUntil(now).IsZero() }
+// The rule itself is one pure function of what the client knows of each node (nodeFacts)
+// and the time: quarantineOf. The methods below only gather the facts.
 
-// restartUntil returns when the quarantine of a restart this client saw ends, if that
-// is still ahead, else zero.
-func (n *node) restartUntil(now time.Time) time.Time {
-	n.mu.Lock()
-	seen := n.restartSeen
-	n.mu.Unlock()
-	if seen.IsZero() {
+// Quarantine causes (NodeStatus.QuarantineCause).
+const (
+	CauseRestart  = "restart"   // the node's run_id changed
+	CauseDataLoss = "data_loss" // the node lost its data without a restart (dataloss.go)
+	CauseYoung    = "young"     // the node's data began less than a quarantine ago, not with most nodes
+)
+
+// nodeFacts is what the voting rule knows of one node.
+type nodeFacts struct {
+	// lossSeen is when this client saw the node lose its keys (a restart or a data loss),
+	// zero if never; lossCause says which.
+	lossSeen  time.Time
+	lossCause string
+	// startedAt is the latest instant the node's current data may have begun (its INFO
+	// uptime, the age of its marker: dataloss.go), zero while unknown.
+	startedAt time.Time
+}
+
+// quarantineOf is the voting rule: until when node f may not vote, and why (zero and ""
+// when it votes). nodes are the client's nodes (f among them), q is the quarantine,
+// quorum the nodes a lock needs.
+//   - a loss this client saw: q after it saw it, whatever the other nodes do;
+//   - a young node (its data began less than q ago) is held back until q after that
+//     begin, unless it began together with a quorum of young nodes (a fresh start).
+func quarantineOf(f nodeFacts, nodes []nodeFacts, quorum int, q time.Duration, now time.Time) (time.Time, string) {
+	if !f.lossSeen.IsZero() {
+		if until := f.lossSeen.Add(q); now.Before(until) {
+			return until, f.lossCause
+		}
+	}
+	if until := youngUntilOf(f, q, now); !until.IsZero() && !freshStartOf(f, nodes, quorum, q, now) {
+		return until, CauseYoung
+	}
+	return time.Time{}, ""
+}
+
+// youngUntilOf is when a quarantine after f's start ends, if that is still ahead.
+func youngUntilOf(f nodeFacts, q time.Duration, now time.Time) time.Time {
+	if f.startedAt.IsZero() {
 		return time.Time{}
 	}
-	if until := seen.Add(n.c.quarantine()); now.Before(until) {
+	if until := f.startedAt.Add(q); now.Before(until) {
 		return until
 	}
 	return time.Time{}
+}
+
+// freshStartOf reports whether node f started together with a quorum of nodes that are
+// still young themselves (f included when among them, as far as this client has seen them).
+func freshStartOf(f nodeFacts, nodes []nodeFacts, quorum int, q time.Duration, now time.Time) bool {
+	s := f.startedAt
+	if s.IsZero() {
+		return false
+	}
+	together := 0
+	for _, o := range nodes {
+		if !o.startedAt.IsZero() && time.Duration(abs(o.startedAt.Sub(s).Nanoseconds())) <= startedTogether &&
+			!youngUntilOf(o, q, now).IsZero() {
+			together++
+		}
+	}
+	return together >= quorum
+}
+
+// facts gathers what the voting rule needs of the node.
+func (n *node) facts() nodeFacts {
+	n.mu.Lock()
+	f := nodeFacts{lossSeen: n.lossSeen, lossCause: n.lossCause}
+	n.mu.Unlock()
+	if s := n.startedAt.Load(); s != 0 {
+		f.startedAt = time.Unix(0, s)
+	}
+	return f
+}
+
+// allFacts gathers the facts of every node of the client.
+func (c *Client) allFacts() []nodeFacts {
+	out := make([]nodeFacts, len(c.nodes))
+	for i, o := range c.nodes {
+		out[i] = o.facts()
+	}
+	return out
+}
+
+// restarted reports whether the node is in the quarantine of a loss this client saw (a
+// restart or a data loss): such a node is not even asked.
+func (n *node) restarted(now time.Time) bool {
+	n.mu.Lock()
+	seen := n.lossSeen
+	n.mu.Unlock()
+	return !seen.IsZero() && now.Before(seen.Add(n.c.quarantine()))
 }
 
 // youngUntil returns when a quarantine after the node's start ends, if that is still
 // ahead, else zero.
 func (n *node) youngUntil(now time.Time) time.Time {
-	s := n.startedAt.Load()
-	if s == 0 {
-		return time.Time{}
-	}
-	if until := time.Unix(0, s).Add(n.c.quarantine()); now.Before(until) {
-		return until
-	}
-	return time.Time{}
+	return youngUntilOf(n.facts(), n.c.quarantine(), now)
+}
+
+// quarantinedUntil returns a non-zero time while the node may not vote at all, and why.
+func (n *node) quarantine(now time.Time) (time.Time, string) {
+	return quarantineOf(n.facts(), n.c.allFacts(), n.c.quorum, n.c.quarantine(), now)
 }
 
 // quarantinedUntil returns a non-zero time while the node may not vote at all.
 func (n *node) quarantinedUntil(now time.Time) time.Time {
-	if until := n.restartUntil(now); !until.IsZero() {
-		return until
-	}
-	if young := n.youngUntil(now); !young.IsZero() && !n.c.freshStart(n) {
-		return young
-	}
-	return time.Time{}
+	until, _ := n.quarantine(now)
+	return until
 }
 
 // freshStart reports whether young node n started together with a majority of the nodes
 // that are still young themselves (n included, as far as this client has seen them).
 func (c *Client) freshStart(n *node) bool {
-	s := n.startedAt.Load()
-	if s == 0 {
-		return false
-	}
-	now := time.Now()
-	together := 0
-	for _, o := range c.nodes {
-		if t := o.startedAt.Load(); t != 0 && time.Duration(abs(t-s)) <= startedTogether && !o.youngUntil(now).IsZero() {
-			together++
-		}
-	}
-	return together >= c.quorum
+	return freshStartOf(n.facts(), c.allFacts(), c.quorum, c.quarantine(), time.Now())
 }
 
 // votes reports whether an acquire reply is a vote: a grant, unless it came from a node
@@ -125,7 +185,11 @@ func (c *Client) votes(rep nodeReply) bool {
 		return false
 	}
 	nd := c.nodes[rep.idx]
-	return nd.youngUntil(time.Now()).IsZero() || c.freshStart(nd)
+	// Most replies come from nodes long started: one atomic read decides.
+	if s := nd.startedAt.Load(); s == 0 || !time.Now().Before(time.Unix(0, s).Add(c.quarantine())) {
+		return true
+	}
+	return c.freshStart(nd)
 }
 
 func abs(x int64) int64 {

@@ -1,0 +1,167 @@
+package redlock
+
+import (
+	"context"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/caddy-redlock/caddy-redlock/internal/redistest"
+	"github.com/redis/go-redis/v9"
+)
+
+// The scenario: A holds a key on nodes 1 and 2 (a stray value held node 3 when A
+// asked); node 1 loses its data without a restart (FLUSHALL); a later acquire by B must
+// not count node 1's vote, or B would hold the key on nodes 1 and 3 while A still trusts
+// its lock.
+func TestFlushedNodeDoesNotVote(t *testing.T) {
+	servers := redistest.StartN(t, 3)
+	ctx := context.Background()
+	raw := func(s *redistest.Server) *redis.Client {
+		rc := redis.NewClient(&redis.Options{Addr: s.Addr()})
+		t.Cleanup(func() { rc.Close() })
+		return rc
+	}
+	if err := raw(servers[2]).Set(ctx, defaultPrefix+"k", "stray", 10*time.Second).Err(); err != nil {
+		t.Fatal(err)
+	}
+	a := newTestClient(t, servers, fastOptions())
+	b := newTestClient(t, servers, fastOptions())
+	waitMarkers(t, a)
+	waitMarkers(t, b)
+	held, err := a.Acquire(ctx, "k", AcquireOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Release(ctx)
+	flushed := time.Now()
+	if err := raw(servers[0]).FlushAll(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	// B's next health checks see it (they run every 50ms here).
+	eventually(t, "two health checks of node 1 by B after the flush", func() bool {
+		return b.Status().Nodes[0].LastCheck.After(flushed.Add(100 * time.Millisecond))
+	})
+	st := b.Status().Nodes[0]
+	if st.QuarantineCause != CauseDataLoss || st.Votes || st.QuarantinedUntil.IsZero() {
+		t.Fatalf("node 1 after FLUSHALL: cause %q, votes %v, until %v; want data_loss, not voting", st.QuarantineCause, st.Votes, st.QuarantinedUntil)
+	}
+	if err := raw(servers[2]).Del(ctx, defaultPrefix+"k").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if l, err := b.Acquire(ctx, "k", AcquireOptions{}); err == nil {
+		l.Release(ctx)
+		t.Fatal("B took the key on the flushed node and node 3 while A held it on nodes 1 and 2")
+	}
+}
+
+// waitMarkers waits until the client has read every node's data marker.
+func waitMarkers(t testing.TB, c *Client) {
+	t.Helper()
+	eventually(t, "every node's marker read", func() bool {
+		for _, s := range c.Status().Nodes {
+			if !s.Marker {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// announceReply builds announceScript's reply for observe.
+func announceReply(bound int64, value string, now int64) *redis.Cmd {
+	cmd := redis.NewCmd(context.Background())
+	cmd.SetVal([]any{bound, value, now})
+	return cmd
+}
+
+// The detection rule on synthetic INFO and announce replies (no sleeping): a changed
+// marker or more evicted keys is a data loss, with or without a run_id; a changed run_id
+// is a restart; the same readings again are nothing.
+func TestObserveSeesDataLoss(t *testing.T) {
+	servers := redistest.StartN(t, 1)
+	c := newTestClient(t, servers, fastOptions())
+	info := func(runID string, evicted int) string {
+		s := "uptime_in_seconds:3600\r\nevicted_keys:" + itoa(evicted) + "\r\n"
+		if runID != "" {
+			s = "run_id:" + runID + "\r\n" + s
+		}
+		return s
+	}
+	cases := []struct {
+		name       string
+		first      string
+		firstMark  string
+		second     string
+		secondMark string
+		want       string
+	}{
+		{"nothing changed", info("r1", 0), "m1:1", info("r1", 0), "m1:1", ""},
+		{"restart", info("r1", 0), "m1:1", info("r2", 0), "m1:1", CauseRestart},
+		{"flush", info("r1", 0), "m1:1", info("r1", 0), "m2:5", CauseDataLoss},
+		{"eviction", info("r1", 3), "m1:1", info("r1", 4), "m1:1", CauseDataLoss},
+		{"no run_id, restarted empty", info("", 0), "m1:1", info("", 0), "m2:9", CauseDataLoss},
+		{"no run_id, nothing changed", info("", 0), "m1:1", info("", 0), "m1:1", ""},
+	}
+	for _, tc := range cases {
+		n := &node{addr: "test", c: c, evicted: -1}                         // not one of c's nodes
+		n.observe(tc.first, announceReply(2000, tc.firstMark, 100_000_000)) // markers a day old
+		n.observe(tc.second, announceReply(2000, tc.secondMark, 100_000_000))
+		until, cause := n.quarantine(time.Now())
+		if cause != tc.want || (tc.want != "") == until.IsZero() {
+			t.Errorf("%s: quarantined until %v for %q, want cause %q", tc.name, until, cause, tc.want)
+		}
+	}
+}
+
+func itoa(i int) string { return strconv.Itoa(i) }
+
+// A node met for the first time whose marker is younger than a quarantine (its data was
+// lost just before this client started) is young, as a node with a short uptime is.
+func TestYoungMarkerHoldsANodeBack(t *testing.T) {
+	servers := redistest.StartN(t, 1)
+	c := newTestClient(t, servers, fastOptions())
+	n := &node{addr: "test", c: c, evicted: -1}
+	n.observe("run_id:r1\r\nuptime_in_seconds:3600\r\n", announceReply(2000, "m:1000", 1500)) // 500ms old
+	if until, cause := n.quarantine(time.Now()); until.IsZero() || cause != CauseYoung {
+		t.Fatalf("a marker 500ms old: until %v cause %q, want young", until, cause)
+	}
+}
+
+// The voting rule itself, case by case, on synthetic facts and a fixed time.
+func TestQuarantineOf(t *testing.T) {
+	now := time.Unix(1_000_000, 0)
+	q := 10 * time.Second
+	ago := func(d time.Duration) time.Time { return now.Add(-d) }
+	old := nodeFacts{startedAt: ago(time.Hour)}
+	cases := []struct {
+		name   string
+		self   nodeFacts
+		others []nodeFacts // the other nodes of a 3-node client (quorum 2)
+		until  time.Time
+		cause  string
+	}{
+		{"long started", old, []nodeFacts{old, old}, time.Time{}, ""},
+		{"never seen", nodeFacts{}, []nodeFacts{old, old}, time.Time{}, ""},
+		{"restart seen 1s ago", nodeFacts{lossSeen: ago(time.Second), lossCause: CauseRestart, startedAt: ago(time.Hour)},
+			[]nodeFacts{old, old}, now.Add(9 * time.Second), CauseRestart},
+		{"data loss seen 1s ago", nodeFacts{lossSeen: ago(time.Second), lossCause: CauseDataLoss, startedAt: ago(time.Hour)},
+			[]nodeFacts{old, old}, now.Add(9 * time.Second), CauseDataLoss},
+		{"loss seen a quarantine ago", nodeFacts{lossSeen: ago(q), lossCause: CauseDataLoss, startedAt: ago(time.Hour)},
+			[]nodeFacts{old, old}, time.Time{}, ""},
+		{"young alone", nodeFacts{startedAt: ago(2 * time.Second)}, []nodeFacts{old, old}, now.Add(8 * time.Second), CauseYoung},
+		{"young with another (fresh start)", nodeFacts{startedAt: ago(2 * time.Second)},
+			[]nodeFacts{{startedAt: ago(3 * time.Second)}, old}, time.Time{}, ""},
+		{"young with another, 5s apart", nodeFacts{startedAt: ago(2 * time.Second)},
+			[]nodeFacts{{startedAt: ago(7 * time.Second)}, old}, now.Add(8 * time.Second), CauseYoung},
+		{"fresh start does not lift a loss seen", nodeFacts{lossSeen: ago(time.Second), lossCause: CauseDataLoss, startedAt: ago(time.Second)},
+			[]nodeFacts{{startedAt: ago(time.Second)}, {startedAt: ago(time.Second)}}, now.Add(9 * time.Second), CauseDataLoss},
+	}
+	for _, tc := range cases {
+		all := append([]nodeFacts{tc.self}, tc.others...)
+		until, cause := quarantineOf(tc.self, all, 2, q, now)
+		if !until.Equal(tc.until) || cause != tc.cause {
+			t.Errorf("%s: %v %q, want %v %q", tc.name, until, cause, tc.until, tc.cause)
+		}
+	}
+}
