@@ -244,6 +244,18 @@ type lockerKeyJSON struct {
 	Holders    int           `json:"holders"` // this instance's requests holding the key (readers hold it together)
 	Waiters    int           `json:"waiters"` // this instance's requests waiting for the key
 	Nodes      []keyNodeJSON `json:"nodes"`
+	// Places are a limited key's places present on any node (its holders hold places,
+	// not the key's own name); the key is held while a quorum holds any of them.
+	Places []placeJSON `json:"places,omitempty"`
+}
+
+// placeJSON is one place of a limited key.
+type placeJSON struct {
+	Index      int    `json:"index"`
+	RedisKey   string `json:"redis_key"` // prefix + key + NUL "slot" + index
+	PresentOn  int    `json:"present_on"`
+	QuorumHeld bool   `json:"quorum_held"`
+	HeldHere   bool   `json:"held_here"`
 }
 
 type keyJSON struct {
@@ -275,10 +287,17 @@ func (a *AdminAPI) handleKeys(w http.ResponseWriter, r *http.Request) error {
 		}
 		lk := lockerKeyJSON{lockerJSON: describeLocker(li), RedisKey: li.prefix + key, Status: keyNotHeld,
 			PresentOn: st.Present, QuorumHeld: st.QuorumHeld, HeldHere: st.HeldHere, Nodes: make([]keyNodeJSON, 0, len(st.Nodes))}
+		present, quorum := st.Present, st.QuorumHeld
+		for _, p := range st.Places {
+			lk.Places = append(lk.Places, placeJSON{Index: p.Index, RedisKey: fmt.Sprintf("%s%s\x00slot%d", li.prefix, key, p.Index),
+				PresentOn: p.Present, QuorumHeld: p.QuorumHeld, HeldHere: p.HeldHere})
+			present, quorum = max(present, p.Present), quorum || p.QuorumHeld
+			lk.HeldHere = lk.HeldHere || p.HeldHere
+		}
 		switch {
-		case st.QuorumHeld:
+		case quorum:
 			lk.Status = keyHeld
-		case st.Present > 0:
+		case present > 0:
 			lk.Status = keyPartial
 		}
 		for _, kn := range st.Nodes {

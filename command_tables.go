@@ -120,6 +120,16 @@ func printKey(w io.Writer, v keyJSON) error {
 			fmt.Fprint(w, ", a quorum holds it")
 		}
 		fmt.Fprintf(w, "; %d waiting here\n", l.Waiters)
+		for _, p := range l.Places {
+			fmt.Fprintf(w, "place %d: on %d of %d nodes", p.Index, p.PresentOn, len(l.Nodes))
+			if p.QuorumHeld {
+				fmt.Fprint(w, ", held")
+				if p.HeldHere {
+					fmt.Fprint(w, " here")
+				}
+			}
+			fmt.Fprintln(w)
+		}
 		if h := l.Holder; h != nil {
 			fmt.Fprintf(w, "held here (%s) by %s %s from %s: held %s, validity %s, %d renewals", h.State, h.Method, h.URI,
 				dash(h.RemoteAddr), humanMS(h.HeldMS), humanMS(h.ValidityMS), h.Renewals)

@@ -95,3 +95,30 @@ func TestSeveralKeysOutwaitAHolderLongerThanTheTTL(t *testing.T) {
 	}
 	noKeysLeft(t, servers, "transfer:")
 }
+
+// GET /redlock/keys shows a limited key's places, so an operator sees who holds it
+// (before, "present on 0 nodes, not held" while requests held places).
+func TestAdminKeysShowsPlaces(t *testing.T) {
+	servers := redistest.StartN(t, 3)
+	up := newUpstream(t, time.Second, nil)
+	s := startCaddy(t, "", fmt.Sprintf(`
+	redlock {
+		%s
+		prefix places:
+		key lim
+		limit 2
+	}
+	%s`, redisLine(servers), proxyTo(up)))
+	c := &http.Client{Timeout: 20 * time.Second}
+	var wg sync.WaitGroup
+	wg.Go(func() { get(t, c, "GET", s.url+"/x", nil) })
+	defer wg.Wait()
+	if !eventually(5*time.Second, func() bool { h, _, _ := up.snapshot(); return h == 1 }) {
+		t.Fatal("the request did not reach the upstream")
+	}
+	var k keyJSON
+	newAdmClient(s).json(t, "GET", "/redlock/keys?key=lim", &k)
+	if k.Status != keyHeld || len(k.Lockers) != 1 || len(k.Lockers[0].Places) != 1 || !k.Lockers[0].Places[0].HeldHere {
+		t.Fatalf("/redlock/keys for a held limited key: %+v", k)
+	}
+}

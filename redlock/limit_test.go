@@ -160,3 +160,38 @@ func TestLimitForceRelease(t *testing.T) {
 		_ = mustAcquire(t, other, "pool", AcquireOptions{Limit: 2, Wait: time.Second})
 	}
 }
+
+// Inspect shows a limited key's places: its holders hold places, not the key's own
+// name, which an operator would otherwise see as "not held".
+func TestInspectShowsPlaces(t *testing.T) {
+	servers := redistest.StartN(t, 3)
+	a := newTestClient(t, servers, fastOptions())
+	b := newTestClient(t, servers, fastOptions())
+	ctx := context.Background()
+	mine, err := a.Acquire(ctx, "lim", AcquireOptions{Limit: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mine.Release(ctx)
+	theirs, err := b.Acquire(ctx, "lim", AcquireOptions{Limit: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer theirs.Release(ctx)
+	st, err := a.Inspect(ctx, "lim")
+	if err != nil {
+		t.Fatal(err)
+	}
+	held, here := 0, 0
+	for _, p := range st.Places {
+		if p.QuorumHeld {
+			held++
+		}
+		if p.HeldHere {
+			here++
+		}
+	}
+	if len(st.Places) != 2 || held != 2 || here != 1 {
+		t.Fatalf("places %+v: want 2 held, 1 of them here", st.Places)
+	}
+}

@@ -62,6 +62,17 @@ type KeyState struct {
 	Present    int       // nodes that have the key
 	QuorumHeld bool      // a quorum of nodes hold the same value
 	HeldHere   bool      // that value is this client's
+	// Places are the places of a limited key (AcquireOptions.Limit) present on any node,
+	// by index: a limited key's holders hold places, not the key's own name.
+	Places []PlaceState
+}
+
+// PlaceState is one place of a limited key across all nodes.
+type PlaceState struct {
+	Index      int
+	Present    int  // nodes that have it
+	QuorumHeld bool // a quorum of nodes hold the same value: someone holds this place
+	HeldHere   bool // that value is one of this client's locks
 }
 
 // Inspect reads key on every node (GET and PTTL). Values are compared, never returned.
@@ -71,43 +82,79 @@ func (c *Client) Inspect(ctx context.Context, key string) (KeyState, error) {
 	}
 	nm := c.names(key)
 	var ours string
+	mine := map[string]bool{} // the values of every lock this client holds on key (places too)
+	for _, l := range c.holders(key) {
+		mine[l.value] = true
+	}
 	if l := c.holding(key); l != nil {
 		ours = l.value
 		if l.nm.shared {
 			ours = sharedMarker // readers hold the name with the marker
 		}
 	}
+	places := c.slotNames(key, MaxLimit)
 	st := KeyState{Key: key, Nodes: make([]KeyNode, len(c.nodes))}
 	values := make([]string, len(c.nodes))
+	placeValues := make([][]string, len(c.nodes))
 	c.onAll(ctx, "inspect", 0, func(cctx context.Context, i int, nd *node) (bool, error) {
-		kn, value, err := inspectNode(cctx, nd, nm, ours)
-		st.Nodes[i], values[i] = kn, value
+		kn, value, pv, err := inspectNode(cctx, nd, nm, places, ours)
+		st.Nodes[i], values[i], placeValues[i] = kn, value, pv
 		return true, err
 	})
-	count := map[string]int{}
-	for i, kn := range st.Nodes {
-		if kn.Present {
-			st.Present++
-			count[values[i]]++
+	st.Present, st.QuorumHeld, st.HeldHere = c.tallyValues(values, func(v string) bool { return ours != "" && v == ours })
+	for p := range places {
+		column := make([]string, len(c.nodes))
+		for i := range c.nodes {
+			if placeValues[i] != nil {
+				column[i] = placeValues[i][p]
+			}
 		}
-	}
-	for v, n := range count {
-		if n >= c.quorum {
-			st.QuorumHeld = true
-			st.HeldHere = ours != "" && v == ours
+		ps := PlaceState{Index: p}
+		ps.Present, ps.QuorumHeld, ps.HeldHere = c.tallyValues(column, func(v string) bool { return mine[v] })
+		if ps.Present > 0 {
+			st.Places = append(st.Places, ps)
 		}
 	}
 	return st, nil
 }
 
-// inspectNode reads key's names on one node: what it holds, and the value to compare
-// across nodes (empty when absent; alike for every foreign holder, never equal to ours).
-func inspectNode(cctx context.Context, nd *node, nm names, ours string) (KeyNode, string, error) {
+// tallyValues counts the nodes with a value ("" is absent) and says whether a quorum
+// holds one value, and whether ours says that value is ours.
+func (c *Client) tallyValues(values []string, ours func(string) bool) (present int, quorum, here bool) {
+	count := map[string]int{}
+	for _, v := range values {
+		if v != "" {
+			present++
+			count[v]++
+		}
+	}
+	for v, n := range count {
+		if n >= c.quorum {
+			quorum, here = true, ours(v)
+		}
+	}
+	return present, quorum, here
+}
+
+// inspectNode reads key's names on one node, and the places of a limited key: what it
+// holds, and the values to compare across nodes (empty when absent; alike for every
+// foreign holder, never equal to ours).
+func inspectNode(cctx context.Context, nd *node, nm names, places []names, ours string) (KeyNode, string, []string, error) {
 	pipe := nd.client.Pipeline()
 	get := pipe.Get(cctx, nm.lock)
 	pttl := pipe.PTTL(cctx, nm.lock)
 	readers := pipe.ZCard(cctx, nm.readers)
+	placeGets := make([]*redis.StringCmd, len(places))
+	for i, p := range places {
+		placeGets[i] = pipe.Get(cctx, p.lock)
+	}
 	_, _ = pipe.Exec(cctx)
+	pv := make([]string, len(places))
+	for i, g := range placeGets {
+		if g.Err() == nil {
+			pv[i] = g.Val()
+		}
+	}
 	// GET on a key of another type fails with WRONGTYPE: another client's lock of another
 	// kind (e.g. a Redisson hash), held, not by us. (Not asked with TYPE: one command
 	// fewer for the ACL user to be granted.)
@@ -121,18 +168,19 @@ func inspectNode(cctx context.Context, nd *node, nm names, ours string) (KeyNode
 	switch {
 	case err != nil:
 		kn.Error = err.Error()
+		return kn, "", nil, err
 	case foreign:
 		kn.Present, kn.PTTL, kn.Type = true, pttl.Val(), "not a string"
-		return kn, "\x00foreign", nil
+		return kn, "\x00foreign", pv, nil
 	case gerr == nil:
 		kn.Present, kn.PTTL = true, pttl.Val()
 		kn.Ours = ours != "" && get.Val() == ours
 		if get.Val() == sharedMarker {
 			kn.Readers = int(readers.Val())
 		}
-		return kn, get.Val(), nil
+		return kn, get.Val(), pv, nil
 	}
-	return kn, "", err
+	return kn, "", pv, nil
 }
 
 // ForceRelease deletes key on every node whoever holds it (an operator override) and
