@@ -155,3 +155,51 @@ func commandStats(t testing.TB, s *redistest.Server) map[string]int {
 	}
 	return m
 }
+
+// forgetDigests makes the scripts go as EVAL again until a node tells their digests.
+func forgetDigests() {
+	for _, s := range scripts {
+		s.sha.Store(nil)
+	}
+}
+
+// A user with exactly the README's ACL line (EVAL and EVALSHA, no SCRIPT LOAD) learns
+// the digests and runs the scripts by them.
+func TestDigestsLearnedUnderREADMEACLUser(t *testing.T) {
+	servers := aclServers(t, 1, readmeACLLine(t, "locker", "s3cret"))
+	forgetDigests()
+	c, err := New(userURLs(servers, "locker", "s3cret"), fastOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	waitUsable(t, c)
+	waitDigests(t)
+	cycle := func() {
+		t.Helper()
+		l, err := c.Acquire(context.Background(), "acl", AcquireOptions{Fencing: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Release(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cycle() // a new node: each script meets NOSCRIPT once and goes as EVAL
+	mustCommand(t, servers[0], "CONFIG", "RESETSTAT")
+	cycle()
+	if stats := commandStats(t, servers[0]); stats["cmdstat_evalsha"] != 2 || len(errorStats(stats)) > 0 {
+		t.Fatalf("acquire and release under the ACL user: %v", stats)
+	}
+}
+
+// errorStats keeps the errorstat_ entries of commandStats.
+func errorStats(stats map[string]int) map[string]int {
+	m := map[string]int{}
+	for k, v := range stats {
+		if strings.HasPrefix(k, "errorstat_") {
+			m[k] = v
+		}
+	}
+	return m
+}
