@@ -99,7 +99,8 @@ func TestBatcherNoScriptRetryKeepsOrder(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitDigests(t) // so the acquire goes as EVALSHA, and meets NOSCRIPT
-	if err := rc.ScriptLoad(ctx, releaseScript.src).Err(); err != nil { // only the release is known
+	// Only the release is known.
+	if err := rc.ScriptLoad(ctx, releaseScript.src).Err(); err != nil {
 		t.Fatal(err)
 	}
 	nm := c.names("noscript")

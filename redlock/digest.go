@@ -37,8 +37,12 @@ type script struct {
 	sha      atomic.Pointer[string] // its digest, as Redis computed it; nil until learned
 }
 
-func newScript(name string, commands []string, src string) *script {
-	return &script{name: name, commands: commands, src: src}
+func newScript(src string) *script { return &script{src: src} }
+
+// about names s and the commands it runs (for the scripts table).
+func (s *script) about(name string, commands ...string) *script {
+	s.name, s.commands = name, commands
+	return s
 }
 
 // digest is the script's digest, or "" while no node has told it.
@@ -67,11 +71,19 @@ func isNoScript(err error) bool {
 	return err != nil && (errors.Is(err, redis.ErrNoScript) || redis.HasErrorPrefix(err, "NOSCRIPT"))
 }
 
-// scripts are all the client's scripts run by digest. announceScript is not among them:
-// it always goes as EVAL (node.announce).
+// scripts are all the client's scripts run by digest, with what ACL hints say of them:
+// their names and the Redis commands they run. announceScript is not among them: it
+// always goes as EVAL (node.announce).
 var scripts = []*script{
-	acquireScript, readAcquireScript, readReleaseScript, commitScript, extendScript,
-	retakeScript, releaseScript, forceReleaseScript, probeScript,
+	acquireScript.about("acquire", "GET", "PTTL", "SET", "DEL", "TIME"),
+	readAcquireScript.about("shared acquire", "GET", "PTTL", "SET", "DEL", "TIME", "ZREMRANGEBYSCORE", "ZADD", "ZRANGE", "PEXPIRE"),
+	readReleaseScript.about("shared release", "GET", "SET", "DEL", "TIME", "ZREM", "ZREMRANGEBYSCORE", "ZRANGE", "PEXPIRE", "PUBLISH"),
+	commitScript.about("fencing commit", "GET", "SET", "PEXPIRE", "ZSCORE", "TIME"),
+	extendScript.about("renewal", "GET", "PEXPIRE", "PTTL", "TIME", "ZSCORE", "ZADD"),
+	retakeScript.about("re-take", "SET"),
+	releaseScript.about("release", "GET", "DEL", "PUBLISH"),
+	forceReleaseScript.about("force release", "DEL", "PUBLISH"),
+	probeScript.about("permission probe", probeCommands...),
 }
 
 // scriptsBySrc finds a script from the text an EVAL sent (ACL hints).

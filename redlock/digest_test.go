@@ -55,7 +55,7 @@ func TestDigestsFromRedis(t *testing.T) {
 
 // Answers that are not one digest per text are not kept (the scripts keep going as EVAL).
 func TestNoteDigestsRefusesOddAnswers(t *testing.T) {
-	s := newScript("test", nil, "return 1")
+	s := newScript("return 1").about("test")
 	scriptsBySrc[s.src] = s
 	defer delete(scriptsBySrc, s.src)
 	ctx := context.Background()

@@ -27,7 +27,7 @@ var probeCommands = []string{"SET", "GET", "PTTL", "PEXPIRE", "DEL", "PUBLISH", 
 
 // probeScript: KEYS[1] a probe key under the prefix, ARGV[1] a channel under the prefix.
 // Returns {command, error, command, error, ...} for the refused commands.
-var probeScript = newScript("permission probe", probeCommands, `
+var probeScript = newScript(`
 local bad = {}
 local function try(name, ...)
   local r = redis.pcall(name, ...)
