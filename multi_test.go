@@ -26,6 +26,12 @@ type caddyProc struct {
 // startCaddyProc runs cmd/caddy with a Caddyfile site body until the test ends.
 func startCaddyProc(t *testing.T, body string) *caddyProc {
 	t.Helper()
+	return startCaddyProcEnv(t, nil, body)
+}
+
+// startCaddyProcEnv is startCaddyProc with env added to the process's environment.
+func startCaddyProcEnv(t *testing.T, env []string, body string) *caddyProc {
+	t.Helper()
 	dir := t.TempDir()
 	port := freePort(t)
 	cfg := fmt.Sprintf(`{
@@ -53,7 +59,7 @@ http://:%d {
 	}
 	p.cmd = exec.Command(caddyBin, "run", "--config", file, "--adapter", "caddyfile")
 	p.cmd.Stdout, p.cmd.Stderr = logf, logf
-	p.cmd.Env = append(os.Environ(), "XDG_CONFIG_HOME="+dir, "XDG_DATA_HOME="+dir)
+	p.cmd.Env = append(append(os.Environ(), "XDG_CONFIG_HOME="+dir, "XDG_DATA_HOME="+dir), env...)
 	// Die with the test binary even if it is killed.
 	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := p.cmd.Start(); err != nil {

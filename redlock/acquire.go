@@ -627,7 +627,7 @@ func setReply(cmd *redis.Cmd) nodeReply {
 func (c *Client) commitToken(ctx context.Context, nm names, value string, token int64) error {
 	argv := []any{value, token, fencingCounterTTL.Milliseconds(), boolArg(nm.shared)}
 	ok, _, errs := c.onAll(ctx, "commit", c.quorum, func(cctx context.Context, _ int, nd *node) (bool, error) {
-		r, err := commitScript.Run(cctx, nd.client, []string{nm.lock, nm.counter, nm.readers}, argv...).Int64()
+		r, err := commitScript.run(cctx, nd.client, []string{nm.lock, nm.counter, nm.readers}, argv...).Int64()
 		return r == 1, err
 	})
 	if ok < c.quorum {

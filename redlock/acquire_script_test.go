@@ -24,7 +24,7 @@ func TestLateEarlierAttemptCannotTakeOverLaterOne(t *testing.T) {
 	const owner = "OWNERPREFIX:"
 	acquire := func(attempt int) []int64 {
 		t.Helper()
-		r, err := acquireScript.Run(ctx, rc, []string{"k", "k\x00fence", "k\x00writer"},
+		r, err := acquireScript.run(ctx, rc, []string{"k", "k\x00fence", "k\x00writer"},
 			owner+strconv.Itoa(attempt), 5000, owner, "0", 60000, attempt, 500).Int64Slice()
 		if err != nil {
 			t.Fatal(err)
@@ -38,7 +38,7 @@ func TestLateEarlierAttemptCannotTakeOverLaterOne(t *testing.T) {
 		t.Fatalf("late attempt 19 took over attempt 20's key: %v", r)
 	}
 	// Round 19's cleanup: compare-and-delete with its own value.
-	if n, err := releaseScript.Run(ctx, rc, []string{"k"}, owner+"19", "chan", "id").Int64(); err != nil || n != 0 {
+	if n, err := releaseScript.run(ctx, rc, []string{"k"}, owner+"19", "chan", "id").Int64(); err != nil || n != 0 {
 		t.Fatalf("release of attempt 19: %d %v", n, err)
 	}
 	if v, _ := rc.Get(ctx, "k").Result(); v != owner+"20" {
@@ -63,7 +63,7 @@ func TestLateEarlierAttemptCannotTakeOverLaterOne(t *testing.T) {
 
 func acquireOther(t *testing.T, rc *redis.Client) []int64 {
 	t.Helper()
-	r, err := acquireScript.Run(context.Background(), rc, []string{"k", "k\x00fence", "k\x00writer"},
+	r, err := acquireScript.run(context.Background(), rc, []string{"k", "k\x00fence", "k\x00writer"},
 		"OTHER:1", 5000, "OTHER:", "0", 60000, 1, 500).Int64Slice()
 	if err != nil {
 		t.Fatal(err)

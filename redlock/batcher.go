@@ -43,22 +43,27 @@ type batcher struct {
 }
 
 // command is what one round or release sends to every node: a script, as EVALSHA (as
-// EVAL with its text after NOSCRIPT), or with script nil the plain command in argv. It is
-// built once and shared, read-only, by every node's call: a lock costs one argument list
-// per round, not one per node.
+// EVAL with its text after NOSCRIPT, or while its digest is not known: digest.go), or
+// with script nil the plain command in argv. It is built once and shared, read-only, by
+// every node's call: a lock costs one argument list per round, not one per node (a
+// script's digest is the same on every node).
 type command struct {
-	script *redis.Script
+	script *script
 	keys   []string
 	argv   []any
-	args   []any // as sent: evalsha sha numkeys keys... argv..., or argv
+	args   []any // as sent: evalsha sha numkeys keys... argv... (or eval text ...), or argv
 }
 
-func newCommand(script *redis.Script, keys []string, argv ...any) *command {
+func newCommand(script *script, keys []string, argv ...any) *command {
 	if script == nil {
 		return &command{argv: argv, args: argv}
 	}
 	args := make([]any, 0, 3+len(keys)+len(argv))
-	args = append(args, "evalsha", script.Hash(), len(keys))
+	if sha := script.digest(); sha != "" {
+		args = append(args, "evalsha", sha, len(keys))
+	} else {
+		args = append(args, "eval", script.src, len(keys))
+	}
 	for _, k := range keys {
 		args = append(args, k)
 	}
@@ -182,7 +187,7 @@ func (b *batcher) exec(ctx context.Context, calls []*call, full bool) {
 	pipe := b.nd.client.Pipeline()
 	for _, c := range calls {
 		if full {
-			c.reply = c.cmd.script.Eval(ctx, pipe, c.cmd.keys, c.cmd.argv...)
+			c.reply = pipe.Eval(ctx, c.cmd.script.src, c.cmd.keys, c.cmd.argv...)
 			continue
 		}
 		c.reply = redis.NewCmd(ctx, c.cmd.args...)
@@ -206,7 +211,7 @@ func noScriptRetry(calls []*call) []*call {
 	var out []*call
 	seen := false
 	for _, c := range calls {
-		ns := c.reply.Err() != nil && redis.HasErrorPrefix(c.reply.Err(), "NOSCRIPT")
+		ns := isNoScript(c.reply.Err())
 		seen = seen || ns
 		if ns || (seen && (c.cmd.script == releaseScript || c.cmd.script == readReleaseScript)) {
 			out = append(out, c)

@@ -328,34 +328,29 @@ func TestREADMEACLUser(t *testing.T) {
 	}
 }
 
-// scriptOf knows a script by its SHA-1 (EVALSHA) and by its text (EVAL), for ACL hints.
+// scriptOf knows a script by its digest (EVALSHA, once a node told it) and by its text
+// (EVAL), for ACL hints.
 func TestScriptOf(t *testing.T) {
+	newTestClient(t, redistest.StartN(t, 1), fastOptions())
+	waitDigests(t)
 	ctx := context.Background()
 	for _, cmd := range []redis.Cmder{
-		redis.NewCmd(ctx, "evalsha", acquireScript.Hash(), 0),
-		redis.NewCmd(ctx, "eval", probeSource(t), 0),
+		redis.NewCmd(ctx, "evalsha", acquireScript.digest(), 0),
+		redis.NewCmd(ctx, "EVALSHA", strings.ToUpper(releaseScript.digest()), 0),
+		redis.NewCmd(ctx, "eval", probeScript.src, 0),
 	} {
 		if s := scriptOf(cmd); s == nil {
 			t.Errorf("%v: script not recognised", cmd.Args()[0])
 		}
 	}
-	if s := scriptOf(redis.NewCmd(ctx, "eval", "return 1", 0)); s != nil {
-		t.Errorf("unknown script recognised as %q", s.name)
+	for _, cmd := range []redis.Cmder{
+		redis.NewCmd(ctx, "eval", "return 1", 0),
+		redis.NewCmd(ctx, "evalsha", strings.Repeat("0", 40), 0),
+	} {
+		if s := scriptOf(cmd); s != nil {
+			t.Errorf("unknown script %v recognised as %q", cmd.Args()[1], s.name)
+		}
 	}
-}
-
-// probeSource is the probe script's text as EVAL sends it.
-func probeSource(t *testing.T) string {
-	t.Helper()
-	cmd := probeScript.Eval(context.Background(), recorder{}, []string{"k"}, "c")
-	return cmd.Args()[1].(string)
-}
-
-// recorder is a Scripter that runs nothing: it returns the command it was given.
-type recorder struct{ redis.Scripter }
-
-func (recorder) Eval(ctx context.Context, script string, keys []string, args ...any) *redis.Cmd {
-	return redis.NewCmd(ctx, "eval", script, len(keys))
 }
 
 // TLS settings with a node reached without TLS, or with verification off, are warned.

@@ -2,10 +2,8 @@ package redlock
 
 import (
 	"context"
-	"crypto/sha1" //nolint:gosec // Redis names scripts by SHA-1
 	"crypto/tls"
 	"crypto/x509"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -140,7 +138,7 @@ func tlsHint(err error, overTLS bool) string {
 
 // aclHint explains an ACL refusal. A direct NOPERM names its command already; a command
 // refused inside a script is reported as "ERR The user executing the script can't run
-// this command", so the script (known by its SHA-1 or text) tells which commands to grant.
+// this command", so the script (known by its digest or text) tells which commands to grant.
 func aclHint(cmd redis.Cmder, err error) string {
 	msg := err.Error()
 	inScript := strings.Contains(msg, "user executing the script can't run this command")
@@ -163,47 +161,15 @@ func aclHint(cmd redis.Cmder, err error) string {
 	return "redis ACL: the user may not run " + what + "; grant the commands of the ACL SETUSER line in the README"
 }
 
-// scriptInfo names a Lua script and the Redis commands it runs (for ACL hints).
-type scriptInfo struct {
-	name     string
-	commands []string
-}
-
-// scriptsBySHA maps each script's SHA-1 to what it is; EVAL sends the text, hashed here.
-var scriptsBySHA = func() map[string]scriptInfo {
-	m := map[string]scriptInfo{}
-	for _, s := range []struct {
-		s *redis.Script
-		scriptInfo
-	}{
-		{acquireScript, scriptInfo{"acquire", []string{"GET", "PTTL", "SET", "DEL", "TIME"}}},
-		{readAcquireScript, scriptInfo{"shared acquire", []string{"GET", "PTTL", "SET", "DEL", "TIME", "ZREMRANGEBYSCORE", "ZADD", "ZRANGE", "PEXPIRE"}}},
-		{readReleaseScript, scriptInfo{"shared release", []string{"GET", "SET", "DEL", "TIME", "ZREM", "ZREMRANGEBYSCORE", "ZRANGE", "PEXPIRE", "PUBLISH"}}},
-		{commitScript, scriptInfo{"fencing commit", []string{"GET", "SET", "PEXPIRE", "ZSCORE", "TIME"}}},
-		{extendScript, scriptInfo{"renewal", []string{"GET", "PEXPIRE", "PTTL", "TIME", "ZSCORE", "ZADD"}}},
-		{retakeScript, scriptInfo{"re-take", []string{"SET"}}},
-		{releaseScript, scriptInfo{"release", []string{"GET", "DEL", "PUBLISH"}}},
-		{forceReleaseScript, scriptInfo{"force release", []string{"DEL", "PUBLISH"}}},
-		{probeScript, scriptInfo{"permission probe", probeCommands}},
-	} {
-		m[s.s.Hash()] = s.scriptInfo
-	}
-	return m
-}()
-
-func scriptOf(cmd redis.Cmder) *scriptInfo {
+// scriptOf finds our script in an EVAL (by its text) or EVALSHA (by its digest).
+func scriptOf(cmd redis.Cmder) *script {
 	args := cmd.Args()
 	if len(args) < 2 {
 		return nil
 	}
 	body, _ := args[1].(string)
-	sha := body
 	if strings.EqualFold(cmd.Name(), "eval") {
-		sum := sha1.Sum([]byte(body)) //nolint:gosec // the script's name in Redis
-		sha = hex.EncodeToString(sum[:])
+		return scriptsBySrc[body]
 	}
-	if s, ok := scriptsBySHA[strings.ToLower(sha)]; ok {
-		return &s
-	}
-	return nil
+	return scriptByDigest(strings.ToLower(body))
 }

@@ -149,26 +149,31 @@ func (n *node) call(ctx context.Context, deliver func(*redis.Cmd), cmd *command)
 			deliver(n.client.Do(cctx, cmd.argv...))
 			return
 		}
-		deliver(cmd.script.Run(cctx, n.client, cmd.keys, cmd.argv...))
+		deliver(cmd.script.run(cctx, n.client, cmd.keys, cmd.argv...))
 	}()
 }
 
 // onConnect learns the run_id on every new connection, and announces this client's
 // MaxTTL, before the connection carries any command: a node that restarted is therefore
 // quarantined before its first vote after the restart, and no lock of this client lands
-// on a node that does not know the bound that covers it (voting.go).
+// on a node that does not know the bound that covers it (voting.go). Until the scripts'
+// digests are known, the same pipeline asks for them (digest.go).
 func (n *node) onConnect(ctx context.Context, cn *redis.Conn) error {
 	var info *redis.StringCmd
-	var ann *redis.Cmd
+	var ann, dig *redis.Cmd
 	_, err := cn.Pipelined(ctx, func(p redis.Pipeliner) error {
 		info = p.Info(ctx)
 		ann = n.announce(ctx, p)
+		dig = learnDigests(ctx, p) // last: Exec's error is then the first failed command's
 		return nil
 	})
-	if err != nil {
+	// A refused digest request alone costs nothing but EVALs (scripts go with their
+	// text): the connection stays usable.
+	if err != nil && (dig == nil || dig.Err() == nil || info.Err() != nil || ann.Err() != nil) {
 		return fmt.Errorf("redlock: INFO and max_ttl announce on connect: %w", err)
 	}
 	n.observe(info.Val(), ann)
+	noteDigests(dig)
 	return nil
 }
 

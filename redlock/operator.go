@@ -208,7 +208,7 @@ func (c *Client) ForceRelease(ctx context.Context, key string) (int, error) {
 	}
 	ctx = context.WithoutCancel(ctx)
 	deleted, _, errs := c.onAll(ctx, "force_release", 0, func(cctx context.Context, _ int, nd *node) (bool, error) {
-		n, err := forceReleaseScript.Run(cctx, nd.client, forceKeys, nm.channel).Int64()
+		n, err := forceReleaseScript.run(cctx, nd.client, forceKeys, nm.channel).Int64()
 		return n > 0, err
 	})
 	// Release the holders marked lost: their renewals stop at once, and compare-and-delete

@@ -1,9 +1,8 @@
 package redlock
 
-import "github.com/redis/go-redis/v9"
-
-// The Lua scripts. go-redis's Script runs them with EVALSHA and falls back to EVAL on
-// NOSCRIPT (after a restart or SCRIPT FLUSH), so each is sent in full at most once per node.
+// The Lua scripts. They run with EVALSHA under the digest Redis computed for them, and
+// go again as EVAL on NOSCRIPT (after a restart or SCRIPT FLUSH), so each is sent in full
+// about once per node (digest.go: no SHA-1 is computed in Go, for FIPS 140-only mode).
 //
 // Interoperability: the lock itself is exactly the string key prefix+key holding the value
 // with a PX expiry, as any standard Redlock client (redsync, node-redlock, redis-py) writes it.
@@ -46,7 +45,7 @@ import "github.com/redis/go-redis/v9"
 // The counter then keeps token + reserve, the reserve only while the token is within the
 // lead of the clock, so that counters never run further ahead. Grants return
 // {1, token, 1 if reserved}; busy {0, PTTL}.
-var acquireScript = redis.NewScript(`
+var acquireScript = newScript(`
 if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   local cur = redis.pcall('GET', KEYS[1])
   if type(cur) == 'table' or not cur then
@@ -108,7 +107,7 @@ const (
 // expiry and the lock name holds sharedMarker until the last entry expires (so the name
 // and the set lapse together, and a plain SET NX, anyone's, finds the key busy).
 // Expired entries (crashed readers) are dropped first.
-var readAcquireScript = redis.NewScript(`
+var readAcquireScript = newScript(`
 local cur = redis.pcall('GET', KEYS[1])
 if type(cur) == 'table' or (cur and cur ~= '` + sharedMarkerLua + `') then
   return {0, redis.call('PTTL', KEYS[1])}
@@ -145,7 +144,7 @@ end`
 // value, ARGV[2] release channel, ARGV[3] the releasing client's id. The last reader out
 // frees the lock name and notifies waiters (writers wait for that; readers wait only for
 // writers). Returns as releaseScript does.
-var readReleaseScript = redis.NewScript(`
+var readReleaseScript = newScript(`
 if redis.pcall('ZREM', KEYS[4], ARGV[1]) ~= 1 then return 0 end
 local t = redis.call('TIME')
 local ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -161,7 +160,7 @@ return 1
 // the key on this node, raise the counter to at least the token.
 // KEYS[1] lock, KEYS[2] counter, KEYS[3] readers; ARGV[1] value, ARGV[2] token, ARGV[3]
 // counter ttl ms, ARGV[4] "1" for a reader (its entry in the readers' set is what it holds).
-var commitScript = redis.NewScript(`
+var commitScript = newScript(`
 if ARGV[4] == '1' then
   local sc = redis.pcall('ZSCORE', KEYS[3], ARGV[1])
   local t = redis.call('TIME')
@@ -188,7 +187,7 @@ return 1
 // An absent key is not re-taken here: only a lock still renewed on a quorum may re-take
 // the nodes it is missing from (retakeScript), or a force release (or any deletion of a
 // majority) would be undone by the holder's next renewal.
-var extendScript = redis.NewScript(`
+var extendScript = newScript(`
 local n = #ARGV / 3
 local res = {}
 local r = n
@@ -236,7 +235,7 @@ return res
 // retakeScript puts locks back on a node that lost them (a restart without persistence)
 // while a quorum still holds them: SET NX, so it never overwrites another holder.
 // KEYS[i] lock, ARGV[i] value, ARGV[#KEYS+i] ttl ms. Returns how many were set.
-var retakeScript = redis.NewScript(`
+var retakeScript = newScript(`
 local n = #KEYS
 local set = 0
 for i, k in ipairs(KEYS) do
@@ -250,7 +249,7 @@ return set
 // (the notice payload: a client ignores its own notices, whose waiters it hands the turn
 // to directly). Returns 0 if the key did not hold the value, else 1 + the number of
 // subscribers the notice reached (the releasing client's own subscription included).
-var releaseScript = redis.NewScript(`
+var releaseScript = newScript(`
 if redis.pcall('GET', KEYS[1]) == ARGV[1] then
   redis.call('DEL', KEYS[1])
   return 1 + redis.call('PUBLISH', ARGV[2], ARGV[3])
@@ -262,7 +261,7 @@ return 0
 // a waiting writer's mark and a limited key's places included. KEYS[1] lock, KEYS[2]
 // writer-waiting mark, KEYS[3] readers, KEYS[4..] the places; ARGV[1] release channel.
 // Returns how many of the lock name and the places were there.
-var forceReleaseScript = redis.NewScript(`
+var forceReleaseScript = newScript(`
 local n = redis.call('DEL', KEYS[1])
 redis.call('DEL', KEYS[2], KEYS[3])
 for i = 4, #KEYS do n = n + redis.call('DEL', KEYS[i]) end
