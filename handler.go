@@ -65,14 +65,17 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		return caddyhttp.Error(http.StatusServiceUnavailable, errors.New("redlock: handler is shutting down"))
 	}
 	start := time.Now()
+	span := startAcquireSpan(ctx, key, mode)
 	l, err := acquire(ctx, h.locker.shared.client, keys, h.s.acquireOptions(mode))
 	wait := time.Since(start)
 	repl.Set(phWaitMS, wait.Milliseconds())
 	if err != nil {
+		span.failed(ctx, err, h.s.dryRun)
 		untrackRequest(e)
 		return h.acquireFailed(w, r.WithContext(ctx), next, e, wait, err)
 	}
 	countAcquire(mode, resultAcquired, wait)
+	e.hold = span.acquired(ctx, l)
 	if l.waited() {
 		countWaited(mode, resultAcquired, wait)
 	}
@@ -149,6 +152,7 @@ func (h *Handler) finish(l heldLocks, e *inflight, r *http.Request, ended reques
 		// finished (the upstream is done with this one: next has returned).
 		h.logReleased(l, e, zap.Bool("handed_over", true))
 		observeHold(e.mode, holdHandedOver, e.heldFor())
+		e.hold.endHold(l, holdHandedOver)
 		untrackRequest(e)
 		// Let the new holder run first: it was queued on this thread and would otherwise
 		// wait for this response's final write to the client, and the key's throughput is
@@ -167,6 +171,7 @@ func (h *Handler) finish(l heldLocks, e *inflight, r *http.Request, ended reques
 			how = holdLost
 		}
 		observeHold(e.mode, how, e.heldFor())
+		e.hold.endHold(l, how)
 		e.setReleasing()
 		go func() {
 			h.release(l, e, r)
@@ -183,6 +188,7 @@ func (h *Handler) finish(l heldLocks, e *inflight, r *http.Request, ended reques
 	// fires (within one ttl), also on reloads and shutdown.
 	time.AfterFunc(h.s.lock.TTL, func() {
 		observeHold(e.mode, holdDrained, e.heldFor())
+		e.hold.endHold(l, holdDrained)
 		h.release(l, e, r)
 		untrackRequest(e)
 	})

@@ -38,6 +38,7 @@ type inflight struct {
 	remote string
 	since  time.Time
 	cancel context.CancelCauseFunc
+	hold   lockSpan // the redlock.hold span (tracing.go), set once acquired
 
 	mu        sync.Mutex
 	state     string
