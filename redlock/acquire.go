@@ -469,7 +469,7 @@ func (c *Client) sendRound(ctx context.Context, nm names, a try, start time.Time
 	if nm.shared {
 		script, keys = readAcquireScript, []string{nm.lock, nm.counter, nm.writer, nm.readers}
 	}
-	argv := []any{value, a.ttl.Milliseconds(), a.owner, boolArg(a.fencing), fencingCounterTTL.Milliseconds(), a.n,
+	argv := []any{value, a.ttl.Milliseconds(), a.owner, boolArg(a.fencing), c.counterTTL().Milliseconds(), a.n,
 		a.mark.Milliseconds()}
 	if a.fencing {
 		argv = append(argv, c.proposeToken(start), c.tokenLead().Microseconds(), c.handoffReserve(nm))
@@ -625,7 +625,7 @@ func setReply(cmd *redis.Cmd) nodeReply {
 // commitToken raises the fencing counter to token on a majority while we hold the key
 // there (doc.go explains why this makes later tokens larger).
 func (c *Client) commitToken(ctx context.Context, nm names, value string, token int64) error {
-	argv := []any{value, token, fencingCounterTTL.Milliseconds(), boolArg(nm.shared)}
+	argv := []any{value, token, c.counterTTL().Milliseconds(), boolArg(nm.shared)}
 	ok, _, errs := c.onAll(ctx, "commit", c.quorum, func(cctx context.Context, _ int, nd *node) (bool, error) {
 		r, err := commitScript.run(cctx, nd.client, []string{nm.lock, nm.counter, nm.readers}, argv...).Int64()
 		return r == 1, err

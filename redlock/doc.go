@@ -59,8 +59,8 @@
 // the nodes, plus drift, after the client saw the restart or after x's start), and (2) a
 // missing counter starts from the node's clock in microseconds, which is larger than every
 // token issued before the restart as long as (a) node clocks differ by less than the
-// quarantine and (b) tokens never run ahead of the clocks. Counters also expire after an
-// hour unused for the same reason: re-created, they start from the clock. Use AOF with
+// quarantine and (b) tokens never run ahead of the clocks. Counters also expire when
+// unused, for the same reason (below): re-created, they start from the clock. Use AOF with
 // appendfsync always where you can; the clock rule is the fallback, and the assumption
 // (bounded clock skew between nodes) is stated in the README.
 //
@@ -78,6 +78,26 @@
 // wrong clock could push them anywhere; a restarted node's clock would then start below
 // tokens already issued. The condition the README states: node clocks differ by less
 // than the quarantine minus 2 x lead + K.
+//
+// Counter expiry: every script that writes a counter gives it an expiry E = 2 x the
+// writing client's quarantine (counterTTL: about 2 x max_ttl), so a node keeps counters
+// only for keys used in the last E, never an hour of unique keys. Why E is long enough:
+// let x be the shared node of the argument above, s the time (x's clock) of the last
+// write of counter_x, which came at or after counter_x reached a. Redis expires the
+// counter when x's clock reads s + E (it stores the expiry as a time of its own clock,
+// so a step of x's clock moves both alike), and B's grant after that draws
+// b >= now_x - lead >= s + E - lead. The token a was drawn no later than s, by a node
+// whose clock then read at most skew more than x's read at s (skew: how far one node's
+// clock may read ahead of another's, or of its own a little later, i.e. differences and
+// backward steps alike), so a <= s + skew + lead + K (tokens
+// stay within lead + K of the clocks, above; the single steps beyond are overtaken by
+// the clocks well within E, during which the key saw no grant). So b > a whenever
+// skew < E - 2 x lead - K, which the README's condition (skew < quarantine - 2 x lead - K)
+// already implies, with a whole quarantine to spare: the expiry never is the weaker
+// guard. A lock held longer than E (renewals do not touch the counter) changes nothing:
+// B's grant still follows A's release, and s still follows a. Restarts and clock steps
+// of x are covered as for the restart case; clients with different max_ttl write
+// different E, each long enough by its own quarantine (the README asks for one max_ttl).
 //
 // # Restart quarantine across clients
 //

@@ -22,3 +22,11 @@ func (c *Client) tokenLead() time.Duration { return min(maxTokenLead, c.bound()/
 func (c *Client) proposeToken(start time.Time) int64 {
 	return start.Add(c.clockSkew).UnixMicro()
 }
+
+// counterTTL is how long an unused fencing counter lives on a node: twice the restart
+// quarantine. A counter created again starts at the node's clock minus at most the lead,
+// which after that long is above every token the old counter ever covered, under the
+// same bound on clock skew as the restart argument (doc.go, "Counter expiry"). So a
+// node keeps a counter per key used within the last two quarantines (20s at the default
+// ttl), not per key ever used.
+func (c *Client) counterTTL() time.Duration { return 2 * c.quarantine() }

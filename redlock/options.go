@@ -23,9 +23,6 @@ const (
 	defaultRetryDelayMin  = 25 * time.Millisecond
 	defaultRetryDelayMax  = 250 * time.Millisecond
 	defaultHealthInterval = time.Second
-	// fencingCounterTTL is how long an unused fencing counter lives. A counter created
-	// again starts from the node's clock (see doc.go), so expiry never lowers tokens.
-	fencingCounterTTL = time.Hour
 	// driftFloor is the constant part of the clock drift allowance (2ms in the reference algorithm).
 	driftFloor = 2 * time.Millisecond
 )
