@@ -18,7 +18,8 @@ type caddySite struct {
 	name  string
 	redis []string // none = plain reverse_proxy
 	wait  time.Duration
-	opts  string // more redlock options (lock modes), one per line
+	ttl   time.Duration // 0: 10s
+	opts  string        // more redlock options (lock modes), one per line
 	// modeHeaders passes the lock key and mode to the upstream (the modes phase judges
 	// them).
 	modeHeaders bool
@@ -48,8 +49,12 @@ func caddyfile(adminPort int, upstream string, sites []caddySite, ports []int) s
 	for i, s := range sites {
 		fmt.Fprintf(&b, "\n:%d {\n\tbind 127.0.0.1\n", ports[i])
 		if len(s.redis) > 0 {
-			fmt.Fprintf(&b, "\tredlock {\n\t\tredis %s\n\t\tpath /r/{id} res:{id}\n\t\tttl 10s\n\t\twait %s\n%s\t}\n",
-				strings.Join(s.redis, " "), s.wait, s.opts)
+			ttl := s.ttl
+			if ttl == 0 {
+				ttl = 10 * time.Second
+			}
+			fmt.Fprintf(&b, "\tredlock {\n\t\tredis %s\n\t\tpath /r/{id} res:{id}\n\t\tttl %s\n\t\twait %s\n%s\t}\n",
+				strings.Join(s.redis, " "), ttl, s.wait, s.opts)
 		}
 		if s.modeHeaders {
 			fmt.Fprintf(&b, "\treverse_proxy %s {\n\t\theader_up X-Lock-Key {http.redlock.key}\n\t\theader_up X-Lock-Mode {http.redlock.mode}\n\t}\n}\n", upstream)

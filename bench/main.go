@@ -69,7 +69,7 @@ func run(f flags, cfg config) int {
 	}
 
 	caddyBin := f.caddy
-	if caddyBin == "" && (want("http") || want("hot") || want("faultyhot") || want("waiters") || want("modes")) {
+	if caddyBin == "" && (want("http") || want("hot") || want("faultyhot") || want("waiters") || want("modes") || want("modemix")) {
 		progress("building Caddy (cmd/caddy)...\n")
 		repo := f.repo
 		if repo == "" {
@@ -126,6 +126,12 @@ func run(f flags, cfg config) int {
 	}
 	if want("modes") {
 		runModes(res, cfg, dir, caddyBin, nodes, fail)
+	}
+	if want("modemix") {
+		runModeMix(res, cfg, dir, caddyBin, nodes, fail)
+	}
+	if want("fencemem") {
+		runFenceMem(res, cfg, dir, fail)
 	}
 
 	res.Violations, res.ViolLog = up.violationCount()

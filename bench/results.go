@@ -22,6 +22,8 @@ type results struct {
 	FaultyHot   []faultyRow   `json:"hot_key_faulty_node"`
 	Waiters     []waitRow     `json:"waiters"`
 	Modes       []modeRow     `json:"lock_modes,omitempty"`
+	ModeMix     []mixRow      `json:"lock_modes_mixed,omitempty"`
+	FenceMem    []fenceMemRow `json:"fencing_state,omitempty"`
 	Targets     []targetCheck `json:"targets"`
 	Violations  int64         `json:"violations"`
 	ViolLog     []string      `json:"violation_examples,omitempty"`

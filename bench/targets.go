@@ -159,6 +159,7 @@ func (r *results) checkTargets() {
 		}
 	}
 	r.checkModeTargets(add, yes)
+	r.checkMixTargets(add, yes)
 }
 
 // checkModeTargets adds the lock modes' targets (issue 13).
