@@ -121,6 +121,28 @@
 // that Redlock without persistence cannot survive in any case (see fresh starts in
 // voting.go).
 //
+// # Data loss without a restart
+//
+// Claim: a node x that lost keys without a visible restart (FLUSHALL or FLUSHDB,
+// eviction, a failover behind one address, a server whose INFO has no run_id) is held
+// back like a restarted one, from the first health check of B that follows the loss.
+//
+// Each node keeps a data marker under the prefix (dataloss.go): a random value with x's
+// clock when it was written, created by the first announce that finds none and kept
+// alive by every announce of every client. A loss that takes the marker with it shows
+// as a marker gone (re-created with another value) or changed at B's next reading; an
+// eviction may spare the marker, but INFO's evicted_keys then grows. Either is a loss
+// seen (CauseDataLoss): x does not vote for the quarantine after B saw it, exactly as
+// after a restart, and is not even asked meanwhile. A client meeting x for the first
+// time takes the marker's age as it takes the uptime: data begun less than a quarantine
+// ago is young. The rule itself is one pure function of these facts and the time
+// (quarantineOf, voting.go; TestQuarantineOf, TestObserveSeesDataLoss,
+// TestFlushedNodeDoesNotVote). What it cannot see: a loss is noticed at the next health
+// check (HealthInterval), not at once as a restart is (a restart breaks the connections
+// and the new ones read the run_id before their first command), so a lock taken inside
+// that window may count x's vote. Run nodes with maxmemory-policy noeviction, and with
+// AOF where you can.
+//
 // # Waiting
 //
 // Within one Client, waiters for one key form a FIFO; only the head contends in Redis.
@@ -200,6 +222,16 @@
 // across the key, strictly increasing per place. Restarts, quarantine, renewal and force
 // release are the mutex's (a force release deletes every place).
 //
+// A key's waiters of one client share one local line whatever their mode, but a lock is
+// handed on only to a waiter that asked for the same mode, ttl and fencing (mode.go,
+// suits). Claim: a limit request always holds one of the key's n places. It gets its lock
+// from a round on a place, never from a handoff: places are not handed on (their holder
+// leaves the line at once), and an exclusive lock of the same key (another route of the
+// same client) is never handed to a limit waiter, which would then hold no place while
+// other clients hold all n (TestHandoffNeverGivesALimitWaiterAnExclusiveLock). Likewise a
+// lock taken as one of several keys is handed only to another AcquireAll waiting for
+// that key, never to a single-key waiter, and the reverse (TestHandoffStaysWithinAMode).
+//
 // # Several keys
 //
 // AcquireAll (multi.go) takes sorted, distinct keys one by one, each an ordinary lock
@@ -209,4 +241,12 @@
 // holds, the keys waited for would strictly increase around the cycle, which cannot
 // close. (The wait also bounds each call.) Safety per key is each lock's own; the set is
 // lost when any of its locks is, which the caller watches.
+//
+// Claim: every lock AcquireAll returns is held, with the validity Lock.Info reports. The
+// wait for a later key may outlast the ttl, so the keys already taken are renewed
+// meanwhile (renewer.hold, the same batched renewals as KeepAlive) and the wait ends
+// early when one of them is lost; a set with a lost lock is released whole and taken
+// again while the wait lasts (TestAcquireAllKeepsEarlierKeysWhileWaitingLong,
+// TestAcquireAllRetakesASetWhoseEarlierKeyWasLost). Its renewals stop when AcquireAll
+// returns; the caller's KeepAlive continues from the last renewal.
 package redlock
