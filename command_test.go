@@ -41,12 +41,12 @@ func (o *cliOutputs) text() string {
 	return strings.Join(o.all, "\n")
 }
 
-// cli runs caddyBin redlock args... and returns its outputs and exit code.
+// cli runs cmd/caddy (caddyBinary) redlock args... and returns its outputs and exit code.
 func (o *cliOutputs) cli(t *testing.T, args ...string) cliRun {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, caddyBin, append([]string{"redlock"}, args...)...)
+	cmd := exec.CommandContext(ctx, caddyBinary(t), append([]string{"redlock"}, args...)...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	cmd.Dir = t.TempDir() // no adjacent Caddyfile

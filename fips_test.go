@@ -26,7 +26,7 @@ const fipsOnly = "GODEBUG=fips140=only"
 func TestFIPSOnlyCaddy(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	version := exec.CommandContext(ctx, caddyBin, "version")
+	version := exec.CommandContext(ctx, caddyBinary(t), "version")
 	version.Env = append(os.Environ(), fipsOnly)
 	if out, err := version.CombinedOutput(); err != nil || !strings.HasPrefix(string(out), "v2.") {
 		t.Fatalf("caddy version under %s: %v\n%s", fipsOnly, err, out)

@@ -36,8 +36,30 @@ import (
 // process-global; or as cmd/caddy processes for several instances), real HTTP, and real
 // redis-server processes.
 
-// caddyBin is cmd/caddy, built once by TestMain for the multi-instance tests.
-var caddyBin string
+// caddyBinary builds cmd/caddy once, on first use (the multi-instance, CLI and process
+// tests), so that a run of other tests does not pay for the build.
+var (
+	buildDir   string
+	buildOnce  sync.Once
+	builtCaddy string
+	buildErr   error
+)
+
+func caddyBinary(t testing.TB) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		builtCaddy = filepath.Join(buildDir, "caddy")
+		build := exec.Command("go", "build", "-o", builtCaddy, "./cmd/caddy")
+		out, err := build.CombinedOutput()
+		if err != nil {
+			buildErr = fmt.Errorf("building cmd/caddy: %v\n%s", err, out)
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return builtCaddy
+}
 
 func TestMain(m *testing.M) {
 	os.Exit(runTests(m))
@@ -54,13 +76,7 @@ func runTests(m *testing.M) int {
 	os.Setenv("XDG_CONFIG_HOME", filepath.Join(tmp, "config"))
 	os.Setenv("XDG_DATA_HOME", filepath.Join(tmp, "data"))
 
-	caddyBin = filepath.Join(tmp, "caddy")
-	build := exec.Command("go", "build", "-o", caddyBin, "./cmd/caddy")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "building cmd/caddy:", err)
-		return 1
-	}
+	buildDir = tmp
 	code := m.Run()
 	if code == 0 {
 		if leaked := leakedGoroutines(5 * time.Second); leaked != "" {

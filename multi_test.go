@@ -57,7 +57,7 @@ http://:%d {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p.cmd = exec.Command(caddyBin, "run", "--config", file, "--adapter", "caddyfile")
+	p.cmd = exec.Command(caddyBinary(t), "run", "--config", file, "--adapter", "caddyfile")
 	p.cmd.Stdout, p.cmd.Stderr = logf, logf
 	p.cmd.Env = append(append(os.Environ(), "XDG_CONFIG_HOME="+dir, "XDG_DATA_HOME="+dir), env...)
 	// Die with the test binary even if it is killed.

@@ -69,7 +69,7 @@ func startTracedCaddy(t *testing.T, body string) *tracedCaddy {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(caddyBin, "run", "--config", file, "--adapter", "caddyfile")
+	cmd := exec.Command(caddyBinary(t), "run", "--config", file, "--adapter", "caddyfile")
 	cmd.Stdout, cmd.Stderr = out, logf
 	cmd.Env = append(os.Environ(), "XDG_CONFIG_HOME="+dir, "XDG_DATA_HOME="+dir,
 		"OTEL_TRACES_EXPORTER=console", "OTEL_BSP_SCHEDULE_DELAY=50", "OTEL_TRACES_SAMPLER=parentbased_always_on")
