@@ -6,9 +6,7 @@ package caddyredlock
 
 import (
 	"fmt"
-	"net"
 	"net/textproto"
-	"net/url"
 	"strings"
 	"time"
 
@@ -18,7 +16,6 @@ import (
 	"go.uber.org/zap"
 	"golang.org/x/net/http/httpguts"
 
-	"github.com/caddy-redlock/caddy-redlock/internal/redact"
 	"github.com/caddy-redlock/caddy-redlock/redlock"
 )
 
@@ -378,43 +375,14 @@ func (s *settings) resolveFencing() error {
 	return nil
 }
 
-// checkNodeURL checks the form of a node URL without connecting. URLs with placeholders
-// are checked after expansion, at provision.
+// checkNodeURL checks the form of a node URL without connecting, by the library's own
+// rules (redlock.CheckNodeURL). URLs with placeholders are checked after expansion, at
+// provision.
 func checkNodeURL(raw string) error {
 	if strings.Contains(raw, "{") {
 		return nil
 	}
-	if strings.TrimSpace(raw) == "" {
-		return fmt.Errorf("empty node URL")
-	}
-	if !strings.Contains(raw, "://") {
-		host, port, err := net.SplitHostPort(raw)
-		if err != nil || host == "" || port == "" {
-			return fmt.Errorf("node %q: want redis://host:port, rediss://host:port, unix:///path or host:port", raw)
-		}
-		return nil
-	}
-	u, err := url.Parse(raw)
-	if err != nil {
-		return fmt.Errorf("node %q: not a valid URL", redact.URL(raw))
-	}
-	if err := checkURLQuery(u); err != nil {
-		return fmt.Errorf("node %q: %w", redact.URL(raw), err)
-	}
-	switch u.Scheme {
-	case "unix":
-		if u.Path == "" || u.Path == "/" {
-			return fmt.Errorf("node %q: no socket path (unix:///path/redis.sock)", redact.URL(raw))
-		}
-		return nil
-	case "redis", "rediss":
-	default:
-		return fmt.Errorf("node %q: scheme must be redis, rediss or unix", redact.URL(raw))
-	}
-	if u.Hostname() == "" {
-		return fmt.Errorf("node %q: no host", redact.URL(raw))
-	}
-	return nil
+	return redlock.CheckNodeURL(raw)
 }
 
 // expandURLs expands global placeholders ({env.X}, {file.path}) in node URLs, so that

@@ -6,7 +6,6 @@ import (
 	"crypto/x509"
 	"encoding/hex"
 	"fmt"
-	"net/url"
 	"os"
 	"strings"
 
@@ -164,14 +163,4 @@ func anyTLSNode(urls []string) bool {
 		}
 	}
 	return false
-}
-
-// checkURLQuery refuses skip_verify in a node URL: go-redis would quietly turn
-// certificate checks off for that node. insecure_skip_verify in the tls block says the
-// same where it is seen, and is warned about.
-func checkURLQuery(u *url.URL) error {
-	if u.Query().Has("skip_verify") {
-		return fmt.Errorf("skip_verify in the URL is not accepted: it silently turns certificate checks off; use insecure_skip_verify in the tls block (tests only)")
-	}
-	return nil
 }

@@ -20,7 +20,8 @@ func TestBadInput(t *testing.T) {
 	}{
 		{"no nodes", nil, Options{}, "at least one node"},
 		{"bad scheme", []string{"http://x:1"}, Options{}, "node URL"},
-		{"no port", []string{"localhost"}, Options{}, "want host:port"},
+		{"no port", []string{"localhost"}, Options{}, "want redis://host:port"},
+		{"skip_verify in the URL", []string{"rediss://127.0.0.1:1?skip_verify=true"}, Options{}, "skip_verify in the URL is not accepted"},
 		{"empty url", []string{""}, Options{}, "empty node URL"},
 		{"negative ttl", good, Options{TTL: -time.Second}, "ttl: must be > 0"},
 		{"timeout over ttl", good, Options{TTL: time.Second, NodeTimeout: 2 * time.Second}, "node_timeout"},

@@ -82,5 +82,5 @@ func tlsWarning(n *node) string {
 	if !t.InsecureSkipVerify {
 		return ""
 	}
-	return fmt.Sprintf("node %s: TLS certificate verification is off (insecure_skip_verify or skip_verify=true): anyone on the network path can impersonate the node; use it for tests only", n.addr)
+	return fmt.Sprintf("node %s: TLS certificate verification is off (insecure_skip_verify): anyone on the network path can impersonate the node; use it for tests only", n.addr)
 }

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"fmt"
 	"net"
+	"net/url"
 	"strconv"
 	"strings"
 	"sync"
@@ -75,27 +76,51 @@ type NodeStatus struct {
 	Errors uint64 // failed commands so far
 }
 
-// parseNodeURL accepts redis://, rediss:// (TLS), unix:// and bare host:port (connect.go).
+// CheckNodeURL checks a node URL's form without connecting, by the rules New applies:
+// redis:// or rediss:// with a host, unix:// with a socket path, or bare host:port; a
+// URL's skip_verify is refused (it silently turns certificate checks off: set
+// InsecureSkipVerify in Options.TLSConfig instead, for tests only). The error never
+// shows a password.
+func CheckNodeURL(raw string) error {
+	_, _, err := parseNodeURL(raw)
+	return err
+}
+
+// parseNodeURL is the one parser of node URLs (the Caddy plugin checks its config with
+// CheckNodeURL): go-redis's ParseURL, after the checks above.
 func parseNodeURL(raw string) (*redis.Options, string, error) {
 	raw = strings.TrimSpace(raw)
 	if raw == "" {
 		return nil, "", fmt.Errorf("redlock: empty node URL")
 	}
-	var opt *redis.Options
-	if strings.Contains(raw, "://") {
-		o, err := redis.ParseURL(raw)
-		if err != nil {
-			// go-redis quotes the URL in its error: keep a password out of it.
-			msg := strings.ReplaceAll(err.Error(), raw, redact.URL(raw))
-			return nil, "", fmt.Errorf("redlock: node URL %q: %s", redact.URL(raw), msg)
-		}
-		opt = o
-	} else {
+	if !strings.Contains(raw, "://") {
 		host, port, err := net.SplitHostPort(raw)
 		if err != nil || host == "" || port == "" {
-			return nil, "", fmt.Errorf("redlock: node address %q: want host:port, redis://..., rediss://... or unix:///path", raw)
+			return nil, "", fmt.Errorf("redlock: node %q: want redis://host:port, rediss://host:port, unix:///path or host:port", raw)
 		}
-		opt = &redis.Options{Addr: raw}
+		opt := &redis.Options{Addr: raw}
+		return opt, nodeAddr(opt), nil
+	}
+	shown := redact.URL(raw)
+	u, err := url.Parse(raw)
+	if err != nil {
+		return nil, "", fmt.Errorf("redlock: node URL %q: not a valid URL", shown)
+	}
+	switch {
+	case u.Query().Has("skip_verify"):
+		return nil, "", fmt.Errorf("redlock: node URL %q: skip_verify in the URL is not accepted: it silently turns certificate checks off; use insecure_skip_verify in the tls block (Options.TLSConfig in the library; tests only)", shown)
+	case u.Scheme == "unix" && (u.Path == "" || u.Path == "/"):
+		return nil, "", fmt.Errorf("redlock: node URL %q: no socket path (unix:///path/redis.sock)", shown)
+	case u.Scheme != "unix" && u.Scheme != "redis" && u.Scheme != "rediss":
+		return nil, "", fmt.Errorf("redlock: node URL %q: scheme must be redis, rediss or unix", shown)
+	case u.Scheme != "unix" && u.Hostname() == "":
+		return nil, "", fmt.Errorf("redlock: node URL %q: no host", shown)
+	}
+	opt, err := redis.ParseURL(raw)
+	if err != nil {
+		// go-redis quotes the URL in its error: keep a password out of it.
+		msg := strings.ReplaceAll(err.Error(), raw, shown)
+		return nil, "", fmt.Errorf("redlock: node URL %q: %s", shown, msg)
 	}
 	return opt, nodeAddr(opt), nil
 }
