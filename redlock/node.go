@@ -37,6 +37,7 @@ type node struct {
 	// not wait for a silent node to decide (round.decisiveLocked). Cleared by the next
 	// answer; read without mu.
 	silent atomic.Bool
+	health healthReport // what the HealthObserver was told; health loop only
 
 	mu          sync.Mutex
 	up          bool
@@ -219,6 +220,7 @@ func (n *node) observe(info string) {
 	if !until.IsZero() {
 		n.c.opt.Logger.Warn("redis node restarted; it will not vote until its quarantine ends",
 			slog.String("node", n.addr), slog.String("previous_run_id", prev), slog.String("run_id", id), slog.Time("quarantined_until", until))
+		n.reportQuarantine(until, QuarantineRestart)
 	}
 }
 

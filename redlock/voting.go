@@ -144,5 +144,6 @@ func (n *node) warnYoung(now time.Time) {
 	if !warned {
 		n.c.opt.Logger.Warn("redis node started less than a quarantine ago, not together with most nodes: it will not vote until then",
 			slog.String("node", n.addr), slog.String("run_id", id), slog.Time("quarantined_until", n.youngUntil(now)))
+		n.reportQuarantine(n.youngUntil(now), QuarantineYoung)
 	}
 }
