@@ -70,3 +70,18 @@ func (n *node) reportQuarantine(until time.Time, cause QuarantineCause) {
 		ho.NodeQuarantined(n.addr, until, cause)
 	}
 }
+
+// NodeAddresses returns the addresses New would give the nodes of urls (as in
+// NodeStatus.Address and the Observer's calls: never with a password), without
+// connecting.
+func NodeAddresses(urls []string) ([]string, error) {
+	out := make([]string, 0, len(urls))
+	for _, u := range urls {
+		_, addr, err := parseNodeURL(u)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, addr)
+	}
+	return out, nil
+}
