@@ -1,6 +1,7 @@
 package caddyredlock
 
 import (
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -106,6 +107,23 @@ func (q *eventQueue) emit(name string, data map[string]any) {
 				zap.String("name", q.name), zap.String("event", name), zap.Int("queued", eventQueueLen))
 		}
 	}
+}
+
+// eventsApp returns the config's events app. A context that belongs to no config (a
+// handler provisioned outside Caddy's config loading, as some tests and embedders do)
+// makes caddy.Context.App panic: then there is nowhere to emit, and events are off.
+func eventsApp(ctx caddy.Context) (app *caddyevents.App, err error) {
+	defer func() {
+		if recover() != nil {
+			app, err = nil, nil
+		}
+	}()
+	a, err := ctx.App("events")
+	if err != nil {
+		return nil, fmt.Errorf("getting the events app: %w", err)
+	}
+	app, _ = a.(*caddyevents.App)
+	return app, nil
 }
 
 // attach makes h's config a place to emit the locker's events; detach undoes it.

@@ -14,7 +14,6 @@ import (
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
-	"github.com/caddyserver/caddy/v2/modules/caddyevents"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"go.uber.org/zap"
 	"golang.org/x/net/http/httpguts"
@@ -167,9 +166,9 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	if s.lock.TLSConfig, s.tlsKey, err = h.TLS.load(urls); err != nil {
 		return fmt.Errorf("redlock: %w", err)
 	}
-	events, err := ctx.App("events")
+	events, err := eventsApp(ctx)
 	if err != nil {
-		return fmt.Errorf("redlock: getting the events app: %w", err)
+		return fmt.Errorf("redlock: %w", err)
 	}
 	lease, err := openLocker(urls, s)
 	if err != nil {
@@ -186,7 +185,9 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	h.ns, h.cfgDone = newNamespace(urls, s, h), ctx.Done()
 	h.goLive()
 	h.warnSharedName()
-	lease.shared.events.attach(h, ctx, events.(*caddyevents.App))
+	if events != nil {
+		lease.shared.events.attach(h, ctx, events)
+	}
 	for _, w := range lease.shared.client.Status().Warnings {
 		h.logger.Warn("redlock configuration", zap.String("warning", w), zap.String("locker", lease.shared.name))
 	}
