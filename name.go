@@ -58,5 +58,11 @@ func (h *Handler) warnSharedName() {
 	}
 }
 
-// label is the handler's name: its locker's (configured or default).
-func (h *Handler) label() string { return h.locker.shared.name }
+// label is the handler's name: its locker's (configured or default); "" before
+// Provision attached one.
+func (h *Handler) label() string {
+	if h.locker == nil {
+		return ""
+	}
+	return h.locker.shared.name
+}
