@@ -73,6 +73,7 @@ type lockJSON struct {
 	Mode       string    `json:"mode"`           // exclusive, shared or limit
 	State      string    `json:"state"`          // waiting, held, draining
 	Locker     string    `json:"locker"`
+	Name       string    `json:"name"`  // the redlock block's name (configured, or prefix @ nodes)
 	Since      time.Time `json:"since"` // the request arrived (started waiting)
 	HeldSince  time.Time `json:"held_since,omitzero"`
 	WaitMS     int64     `json:"wait_ms"`     // waited so far, or until it got the lock
@@ -109,7 +110,7 @@ func (a *AdminAPI) handleLocks(w http.ResponseWriter, r *http.Request) error {
 	}
 	out := locksJSON{Locks: make([]lockJSON, 0, len(reqs))}
 	for _, ri := range reqs {
-		lj := lockJSON{Key: ri.Key, Keys: ri.Keys, Mode: ri.Mode, State: ri.State, Locker: ri.Locker, Since: ri.Since,
+		lj := lockJSON{Key: ri.Key, Keys: ri.Keys, Mode: ri.Mode, State: ri.State, Locker: ri.Locker, Name: ri.Name, Since: ri.Since,
 			HeldSince: ri.HeldSince, ValidityMS: ri.Validity.Milliseconds(), Renewals: ri.Renewals, Token: ri.Token,
 			Tokens: ri.Tokens, Method: ri.Method,
 			URI: ri.URI, RemoteAddr: ri.RemoteAddr, Waiters: waiters[[2]string{ri.Locker, ri.Key}]}
@@ -186,7 +187,7 @@ func (a *AdminAPI) handleNodes(w http.ResponseWriter, r *http.Request) error {
 		for _, n := range li.client.Status().Nodes {
 			nj := nodeJSON{Address: n.Address, Up: n.Up, Checked: n.Checked, LastRTTMS: millis(n.LastRTT),
 				LastCheck: n.LastCheck, LastError: n.LastError, LastErrorAt: n.LastErrorAt, Errors: n.Errors,
-				RunID: n.RunID, QuarantinedUntil: n.QuarantinedUntil, QuarantineCause: n.QuarantineCause,
+				RunID: n.RunID, QuarantinedUntil: n.QuarantinedUntil, QuarantineCause: string(n.QuarantineCause),
 				DataMarker: n.Marker, Voting: n.Votes}
 			if left := n.QuarantinedUntil.Sub(now); left > 0 {
 				nj.QuarantinedLeftMS = left.Milliseconds()

@@ -125,6 +125,8 @@ func (h *Handler) parseOption(d *caddyfile.Dispenser, opt string) error {
 		h.CaseInsensitive = true
 	case "prefix":
 		return oneArg(d, opt, &h.Prefix)
+	case "name":
+		return oneArg(d, opt, &h.Name)
 	case "ttl":
 		return durationArg(d, opt, &h.TTL)
 	case "max_ttl":

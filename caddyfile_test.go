@@ -43,6 +43,7 @@ func TestCaddyfileEveryOption(t *testing.T) {
 		busy_status 429
 		fencing X-Fence
 		on_unavailable bypass
+		name orders-eu.1
 	}`)
 	var h Handler
 	if err := h.UnmarshalCaddyfile(d); err != nil {
@@ -70,6 +71,7 @@ func TestCaddyfileEveryOption(t *testing.T) {
 		Fencing:         true,
 		FencingHeader:   "X-Fence",
 		OnUnavailable:   "bypass",
+		Name:            "orders-eu.1",
 	}
 	if !reflect.DeepEqual(h, want) {
 		t.Errorf("parsed\n%+v\nwant\n%+v", h, want)
@@ -159,6 +161,11 @@ func TestCaddyfileErrors(t *testing.T) {
 		{"redlock {\n" + r + "case_insensitive yes\n}", "case_insensitive: takes no argument"},
 		{"redlock {\n" + r + "dry_run yes\n}", "dry_run: takes no argument"},
 		{"redlock {\n" + r + "prefix\n}", "prefix: want exactly one argument, got 0"},
+		{"redlock {\n" + r + "name\n}", "name: want exactly one argument, got 0"},
+		{"redlock {\n" + r + "name a b\n}", "name: want exactly one argument, got 2"},
+		{"redlock {\n" + r + "name -x\n}", `name: "-x": use letters, digits`},
+		{"redlock {\n" + r + "name {http.request.host}\n}", `name: "{http.request.host}": use letters, digits`},
+		{"redlock {\n" + r + "name " + strings.Repeat("a", 65) + "\n}", "name: at most 64 characters, got 65"},
 		{"redlock {\n" + r + "ttl soon\n}", "ttl: "},
 		{"redlock {\n" + r + "ttl -1s\n}", `ttl: negative duration "-1s"`},
 		{"redlock {\n" + r + "ttl 1s\nttl 2s\n}", "ttl: given more than once"},

@@ -57,7 +57,7 @@ func printLocks(w io.Writer, v locksJSON) error {
 		return nil
 	}
 	tw := newTable(w)
-	fmt.Fprintln(tw, "KEY\tMODE\tSTATE\tWAITED\tHELD\tVALIDITY\tRENEWALS\tWAITERS\tTOKEN\tREQUEST\tFROM")
+	fmt.Fprintln(tw, "KEY\tMODE\tSTATE\tWAITED\tHELD\tVALIDITY\tRENEWALS\tWAITERS\tTOKEN\tREQUEST\tFROM\tNAME")
 	for _, l := range v.Locks {
 		held, validity, token := "-", "-", "-"
 		if l.State != stateWaiting {
@@ -69,8 +69,8 @@ func printLocks(w io.Writer, v locksJSON) error {
 		case l.Token != 0:
 			token = strconv.FormatInt(l.Token, 10)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s %s\t%s\n", l.Key, dash(l.Mode), l.State, humanMS(l.WaitMS),
-			held, validity, l.Renewals, l.Waiters, token, l.Method, l.URI, dash(l.RemoteAddr))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s %s\t%s\t%s\n", l.Key, dash(l.Mode), l.State, humanMS(l.WaitMS),
+			held, validity, l.Renewals, l.Waiters, token, l.Method, l.URI, dash(l.RemoteAddr), dash(l.Name))
 	}
 	return tw.Flush()
 }

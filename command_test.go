@@ -102,7 +102,8 @@ func TestCommandLocksNodesKeyRelease(t *testing.T) {
 	sec.collect(t, clients, "cli:/doc")
 
 	r := out.cli(t, "locks", addr)
-	r.want(t, 0, "1 held, 2 waiting, 0 draining", "KEY", "STATE", "VALIDITY", "WAITERS", "/doc", "held", "waiting", "GET /doc?d=20s")
+	r.want(t, 0, "1 held, 2 waiting, 0 draining", "KEY", "STATE", "VALIDITY", "WAITERS", "/doc", "held", "waiting", "GET /doc?d=20s",
+		"NAME", "cli: @ "+servers[0].Addr())
 	// Columns are aligned: every row starts its STATE column where the header does.
 	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
 	if col := strings.Index(lines[1], "STATE"); col < 0 || len(lines) != 5 {

@@ -148,7 +148,7 @@ func TestGrafanaDashboard(t *testing.T) {
 // whole test (scrapes every second), and "All" for the dashboard's own variables.
 var grafanaVars = strings.NewReplacer(
 	"$__rate_interval", "1m", "$__interval", "1m", "$__range", "1m",
-	"$instance", ".*", "$node", ".*", "${datasource}", "")
+	"$instance", ".*", "$name", ".*", "$node", ".*", "${datasource}", "")
 
 // labelValues matches Grafana's label_values(metric, label) variable query.
 var labelValues = regexp.MustCompile(`^label_values\(\s*([a-zA-Z_:][a-zA-Z0-9_:]*)\s*,\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*\)$`)

@@ -38,7 +38,7 @@ func (h *Handler) dryRunThrough(w http.ResponseWriter, r *http.Request, next cad
 	case isUnavailable(err), errors.Is(err, redlock.ErrClosed):
 		reason, result = "unavailable", resultUnavailable
 	}
-	countAcquire(e.mode, result, wait)
+	countAcquire(h.label(), e.mode, result, wait)
 	return h.dryRunUnlocked(w, r, next, e.key, reason, err)
 }
 
@@ -47,7 +47,7 @@ func (h *Handler) dryRunThrough(w http.ResponseWriter, r *http.Request, next cad
 // looked at before dry run is switched off.
 func (h *Handler) dryRunUnlocked(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler,
 	key, reason string, err error) error {
-	countDryRun(reason)
+	countDryRun(h.label(), reason)
 	h.logger.Info("redlock dry run: request served unlocked (would have waited or been refused)",
 		zap.String("key", key), zap.String("reason", reason), zap.String("method", r.Method),
 		zap.String("uri", r.RequestURI), zap.Error(err))

@@ -74,10 +74,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		untrackRequest(e)
 		return h.acquireFailed(w, r.WithContext(ctx), next, e, wait, err)
 	}
-	countAcquire(mode, resultAcquired, wait)
+	countAcquire(h.label(), mode, resultAcquired, wait)
 	e.hold = span.acquired(ctx, l)
 	if l.waited() {
-		countWaited(mode, resultAcquired, wait)
+		countWaited(h.label(), mode, resultAcquired, wait)
 	}
 	if ce := h.logger.Check(zap.DebugLevel, "redlock acquired"); ce != nil { // fields only when logged: every request passes here
 		ce.Write(zap.String("key", key), zap.String("mode", mode), zap.Int64("wait_ms", wait.Milliseconds()),
@@ -151,7 +151,7 @@ func (h *Handler) finish(l heldLocks, e *inflight, r *http.Request, ended reques
 		// Redis round trip: it starts on the upstream while this response is still being
 		// finished (the upstream is done with this one: next has returned).
 		h.logReleased(l, e, zap.Bool("handed_over", true))
-		observeHold(e.mode, holdHandedOver, e.heldFor())
+		observeHold(h.label(), e.mode, holdHandedOver, e.heldFor())
 		e.hold.endHold(l, holdHandedOver)
 		untrackRequest(e)
 		// Let the new holder run first: it was queued on this thread and would otherwise
@@ -170,7 +170,7 @@ func (h *Handler) finish(l heldLocks, e *inflight, r *http.Request, ended reques
 		if l.err() != nil {
 			how = holdLost
 		}
-		observeHold(e.mode, how, e.heldFor())
+		observeHold(h.label(), e.mode, how, e.heldFor())
 		e.hold.endHold(l, how)
 		e.setReleasing()
 		go func() {
@@ -187,7 +187,7 @@ func (h *Handler) finish(l heldLocks, e *inflight, r *http.Request, ended reques
 	// The timer owns the lock and the request's table entry until it fires; it always
 	// fires (within one ttl), also on reloads and shutdown.
 	time.AfterFunc(h.s.lock.TTL, func() {
-		observeHold(e.mode, holdDrained, e.heldFor())
+		observeHold(h.label(), e.mode, holdDrained, e.heldFor())
 		e.hold.endHold(l, holdDrained)
 		h.release(l, e, r)
 		untrackRequest(e)
@@ -223,13 +223,13 @@ func (h *Handler) acquireFailed(w http.ResponseWriter, r *http.Request, next cad
 	switch {
 	case r.Context().Err() != nil:
 		// Checked first: a round cut short by the cancellation can look like a node failure.
-		countAcquire(mode, resultCancelled, wait)
-		countWaited(mode, resultCancelled, wait) // a round takes a millisecond: cancelled means cancelled while waiting
+		countAcquire(h.label(), mode, resultCancelled, wait)
+		countWaited(h.label(), mode, resultCancelled, wait) // a round takes a millisecond: cancelled means cancelled while waiting
 		h.logger.Debug("redlock wait cancelled", zap.String("key", key), zap.Int64("wait_ms", wait.Milliseconds()))
 		return caddyhttp.Error(statusClientClosedRequest, fmt.Errorf("redlock: gave up waiting for key %q: %w", key, context.Cause(r.Context())))
 	case errors.As(err, &busy):
-		countAcquire(mode, resultBusy, wait)
-		countWaited(mode, resultBusy, wait)
+		countAcquire(h.label(), mode, resultBusy, wait)
+		countWaited(h.label(), mode, resultBusy, wait)
 		h.logger.Info("redlock key busy", zap.String("key", key), zap.String("busy_key", busy.Key), zap.String("mode", mode), zap.Int64("wait_ms", wait.Milliseconds()),
 			zap.Int("attempts", busy.Attempts), zap.Int("status", h.s.busyStatus))
 		w.Header().Set("Retry-After", retryAfter(busy.RetryAfter))
@@ -238,16 +238,16 @@ func (h *Handler) acquireFailed(w http.ResponseWriter, r *http.Request, next cad
 		// A closed locker (ErrClosed) is a shutdown, not a Redis outage: never a reason to
 		// serve unlocked, whatever on_unavailable says.
 		if h.s.bypass && !errors.Is(err, redlock.ErrClosed) {
-			countAcquire(mode, resultBypassed, wait)
+			countAcquire(h.label(), mode, resultBypassed, wait)
 			h.logger.Warn("no Redis quorum: serving the request UNLOCKED (on_unavailable bypass)",
 				zap.String("key", key), zap.String("method", r.Method), zap.String("uri", r.RequestURI), zap.Error(err))
 			return next.ServeHTTP(w, r)
 		}
-		countAcquire(mode, resultUnavailable, wait)
+		countAcquire(h.label(), mode, resultUnavailable, wait)
 		w.Header().Set("Retry-After", "1")
 		return caddyhttp.Error(http.StatusServiceUnavailable, fmt.Errorf("redlock: key %q: %w", key, err))
 	default:
-		countAcquire(mode, resultError, wait)
+		countAcquire(h.label(), mode, resultError, wait)
 		return caddyhttp.Error(http.StatusInternalServerError, fmt.Errorf("redlock: acquiring key %q: %w", key, err))
 	}
 }
@@ -272,7 +272,8 @@ func (h *Handler) watchLock(ctx context.Context, l heldLocks, e *inflight, r *ht
 			return // the request itself ended (client gone, Caddy exiting): not a loss
 		}
 		e.cancel(le)
-		metrics.lost.WithLabelValues(string(le.Reason)).Inc()
+		metrics.lost.WithLabelValues(h.label(), string(le.Reason)).Inc()
+		h.lockLostEvent(e, le)
 		h.logger.Error("redlock lock lost while the request ran: request aborted",
 			zap.String("key", e.key), zap.String("lost_key", le.Key), zap.String("reason", string(le.Reason)), zap.Int("renewals", l.renewals()),
 			zap.Int64("wait_ms", e.waitedFor().Milliseconds()), zap.Int64("held_ms", e.heldFor().Milliseconds()),

@@ -3,6 +3,7 @@ package caddyredlock
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -170,11 +171,29 @@ func (s *site) caddyfile(extraGlobal, body string) string {
 // startCaddy runs a Caddyfile site body in this process until the test ends.
 func startCaddy(t *testing.T, extraGlobal, body string) *site {
 	t.Helper()
+	return startCaddyPatched(t, extraGlobal, body, nil)
+}
+
+// startCaddyPatched is startCaddy with patch applied to the adapted JSON config (for
+// what the Caddyfile cannot say, such as an events app subscription).
+func startCaddyPatched(t *testing.T, extraGlobal, body string, patch func(cfg map[string]any)) *site {
+	t.Helper()
 	s := &site{port: freePort(t), logFile: filepath.Join(t.TempDir(), "caddy.log")}
 	s.adminAdr = fmt.Sprintf("localhost:%d", freePort(t))
 	s.url = fmt.Sprintf("http://127.0.0.1:%d", s.port)
 	s.admin = "http://" + s.adminAdr
 	cfg := adapt(t, s.caddyfile(extraGlobal, body))
+	if patch != nil {
+		var m map[string]any
+		if err := json.Unmarshal(cfg, &m); err != nil {
+			t.Fatal(err)
+		}
+		patch(m)
+		var err error
+		if cfg, err = json.Marshal(m); err != nil {
+			t.Fatal(err)
+		}
+	}
 	if err := caddy.Load(cfg, true); err != nil {
 		t.Fatalf("loading config: %v\n%s", err, cfg)
 	}

@@ -44,7 +44,7 @@ func health(now time.Time) healthJSON {
 				hl.Voting++
 				continue
 			}
-			hn := healthNodeJSON{Address: n.Address, Up: n.Up, LastError: n.LastError, QuarantineCause: n.QuarantineCause}
+			hn := healthNodeJSON{Address: n.Address, Up: n.Up, LastError: n.LastError, QuarantineCause: string(n.QuarantineCause)}
 			if left := n.QuarantinedUntil.Sub(now); left > 0 {
 				hn.QuarantinedLeftMS = left.Milliseconds()
 			}

@@ -37,19 +37,25 @@ type lockerKey struct {
 	retryMin    time.Duration
 	retryMax    time.Duration
 	tls         string // fingerprint of the tls block and its files (tls.go)
+	name        string // the configured name, "" for the default (name.go)
 }
 
 // sharedLocker is one redlock.Client in the pool.
 type sharedLocker struct {
 	id     string // random, to tell lockers apart in the admin API
-	name   string // prefix and node addresses, without passwords
+	name   string // the configured name, or prefix and node addresses (no passwords)
 	prefix string
 	client *redlock.Client
+	events *eventQueue // the locker's Caddy events (events.go)
 }
 
 // Destruct is called by the pool when the last handler using the locker is gone. Close
 // refuses new acquires but keeps the client alive until its last held lock is released.
-func (s *sharedLocker) Destruct() error { return s.client.Close() }
+// Its events end here: no handler is left to emit them through.
+func (s *sharedLocker) Destruct() error {
+	s.events.stop()
+	return s.client.Close()
+}
 
 // lockers lists the lockers in use, sorted by name. For the admin module.
 func lockers() []*sharedLocker {
@@ -79,21 +85,28 @@ type lockerLease struct {
 func openLocker(urls []string, s *settings) (*lockerLease, error) {
 	o := s.lock
 	key := lockerKey{urls: strings.Join(urls, "\n"), prefix: o.Prefix, maxTTL: o.MaxTTL, nodeTimeout: o.NodeTimeout,
-		drift: o.DriftFactor, retryMin: o.RetryDelayMin, retryMax: o.RetryDelayMax, tls: s.tlsKey}
+		drift: o.DriftFactor, retryMin: o.RetryDelayMin, retryMax: o.RetryDelayMax, tls: s.tlsKey, name: s.name}
 	v, _, err := lockerPool.LoadOrNew(key, func() (caddy.Destructor, error) {
 		// The client outlives this config: use the process logger, not the module's.
 		o.Logger = slog.New(zapslog.NewHandler(caddy.Log().Named("http.handlers.redlock").Core()))
-		o.Observer = nodeObserver
+		// The name is needed before New (the observer labels with it), the addresses
+		// after: parse them as New does.
+		name := s.name
+		if name == "" {
+			addrs, err := redlock.NodeAddresses(urls)
+			if err != nil {
+				return nil, err
+			}
+			name = defaultName(o.Prefix, addrs)
+		}
+		obs := &lockerObserver{name: name, events: newEventQueue(name)}
+		o.Observer = obs
 		c, err := redlock.New(urls, o)
 		if err != nil {
+			obs.events.stop()
 			return nil, err
 		}
-		addrs := make([]string, 0, len(urls))
-		for _, n := range c.Status().Nodes {
-			addrs = append(addrs, n.Address)
-		}
-		return &sharedLocker{id: rand.Text()[:8], prefix: o.Prefix, client: c,
-			name: o.Prefix + " @ " + strings.Join(addrs, ",")}, nil
+		return &sharedLocker{id: rand.Text()[:8], prefix: o.Prefix, client: c, name: name, events: obs.events}, nil
 	})
 	if err != nil {
 		// LoadOrNew removes a failed entry itself: there is no reference to give back.

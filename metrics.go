@@ -18,9 +18,10 @@ import (
 //
 // The collectors are created once for the process: Caddy builds a new registry for every
 // config load, so registerMetrics adds the same collectors to each new registry and the
-// counts carry on across reloads. Labels are bounded: acquire results, lost reasons,
-// renewal results, node addresses (never with a password) and node operations. Never a
-// lock key, a request URI or a lock value.
+// counts carry on across reloads. Labels are bounded: the blocks' names (from the config
+// only: name.go), acquire results, lost reasons, renewal results, node addresses (never
+// with a password) and node operations. Never a lock key, a request URI or a lock value.
+// Every collector has the label name, so that one block's series can be told apart.
 
 const metricsNamespace, metricsSubsystem = "caddy", "redlock"
 
@@ -34,8 +35,7 @@ var (
 var metrics = struct {
 	acquire    *prometheus.HistogramVec
 	wait       *prometheus.HistogramVec
-	held       prometheus.GaugeFunc
-	waiting    prometheus.GaugeFunc
+	inflight   prometheus.Collector // held_locks and waiting_requests, by name (inflightCollector)
 	renewals   *prometheus.CounterVec
 	lost       *prometheus.CounterVec
 	nodeErrors *prometheus.CounterVec
@@ -45,40 +45,34 @@ var metrics = struct {
 		Namespace: metricsNamespace, Subsystem: metricsSubsystem, Name: "acquire_duration_seconds",
 		Help:    "Time a request spent acquiring its lock (waiting included), by lock mode (exclusive, shared, limit) and result: acquired, busy, unavailable, cancelled, bypassed, error.",
 		Buckets: waitBuckets,
-	}, []string{"mode", "result"}),
+	}, []string{"name", "mode", "result"}),
 	wait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Namespace: metricsNamespace, Subsystem: metricsSubsystem, Name: "wait_seconds",
 		Help:    "Time a request waited for a key that was taken when it arrived (held by this or another instance), by lock mode and result.",
 		Buckets: waitBuckets,
-	}, []string{"mode", "result"}),
-	held: prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Namespace: metricsNamespace, Subsystem: metricsSubsystem, Name: "held_locks",
-		Help: "Locks this instance holds for requests (draining ones included).",
-	}, func() float64 { h, _ := inflightCounts(); return float64(h) }),
-	waiting: prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Namespace: metricsNamespace, Subsystem: metricsSubsystem, Name: "waiting_requests",
-		Help: "Requests of this instance waiting for a lock.",
-	}, func() float64 { _, w := inflightCounts(); return float64(w) }),
+	}, []string{"name", "mode", "result"}),
+	inflight: inflightCollector{},
 	renewals: prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: metricsNamespace, Subsystem: metricsSubsystem, Name: "renewals_total",
 		Help: "Lock renewals by result: ok, error (transient, retried while validity lasts) or lost.",
-	}, []string{"result"}),
+	}, []string{"name", "result"}),
 	lost: prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: metricsNamespace, Subsystem: metricsSubsystem, Name: "locks_lost_total",
 		Help: "Held locks lost while their request ran (the request was aborted), by reason: expired, taken, vanished, max_hold, force_released.",
-	}, []string{"reason"}),
+	}, []string{"name", "reason"}),
 	nodeErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: metricsNamespace, Subsystem: metricsSubsystem, Name: "node_errors_total",
 		Help: "Failed commands to a Redis node, by node address and operation.",
-	}, []string{"node", "op"}),
+	}, []string{"name", "node", "op"}),
 	nodeRTT: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Namespace: metricsNamespace, Subsystem: metricsSubsystem, Name: "node_rtt_seconds",
 		Help:    "Round-trip time of successful commands to a Redis node, by node address and operation.",
 		Buckets: rttBuckets,
-	}, []string{"node", "op"}),
+	}, []string{"name", "node", "op"}),
 }
 
-// nodeObserver is given to every redlock client (lockers.go).
+// nodeObserver counts every redlock client's node calls (through its lockerObserver,
+// events.go) and logs nodes' transitions.
 var nodeObserver = &observer{failing: map[string]bool{}}
 
 // Acquire outcomes, the result label of the acquire and wait histograms.
@@ -92,13 +86,13 @@ const (
 )
 
 // countAcquire records an acquire outcome.
-func countAcquire(mode, result string, wait time.Duration) {
-	metrics.acquire.WithLabelValues(mode, result).Observe(wait.Seconds())
+func countAcquire(name, mode, result string, wait time.Duration) {
+	metrics.acquire.WithLabelValues(name, mode, result).Observe(wait.Seconds())
 }
 
 // countWaited records the outcome of a request that found its key taken.
-func countWaited(mode, result string, wait time.Duration) {
-	metrics.wait.WithLabelValues(mode, result).Observe(wait.Seconds())
+func countWaited(name, mode, result string, wait time.Duration) {
+	metrics.wait.WithLabelValues(name, mode, result).Observe(wait.Seconds())
 }
 
 // registerMetrics adds the collectors to a config's registry. Several modules of one
@@ -107,7 +101,7 @@ func registerMetrics(reg *prometheus.Registry) error {
 	if reg == nil {
 		return nil
 	}
-	for _, c := range append([]prometheus.Collector{metrics.acquire, metrics.wait, metrics.held, metrics.waiting,
+	for _, c := range append([]prometheus.Collector{metrics.acquire, metrics.wait, metrics.inflight,
 		metrics.renewals, metrics.lost, metrics.nodeErrors, metrics.nodeRTT}, opsCollectors...) {
 		var already prometheus.AlreadyRegisteredError
 		if err := reg.Register(c); err != nil && !errors.As(err, &already) {
@@ -117,13 +111,7 @@ func registerMetrics(reg *prometheus.Registry) error {
 	return nil
 }
 
-// inflightCounts counts this instance's requests holding (or draining) and awaiting a lock.
-func inflightCounts() (held, waiting int) {
-	return countRequests(nil, isHolding), countRequests(nil, isWaiting)
-}
-
-// observer receives the redlock clients' node calls and renewals (it is passed to every
-// client as nodeObserver). It must not block: it only counts, and logs a node's
+// observer receives the redlock clients' node calls (from their lockerObserver). It must not block: it only counts, and logs a node's
 // transitions between answering and failing, once each, so a dead node does not flood
 // the log.
 type observer struct {
@@ -134,22 +122,22 @@ type observer struct {
 	rtt map[nodeOp]prometheus.Observer
 }
 
-type nodeOp struct{ node, op string }
+type nodeOp struct{ name, node, op string }
 
-func (o *observer) NodeCall(node, op string, rtt time.Duration, err error) {
+func (o *observer) nodeCall(name, node, op string, rtt time.Duration, err error) {
 	if errors.Is(err, context.Canceled) {
 		return // the caller gave up (a request went away): says nothing about the node
 	}
 	o.mu.Lock()
 	var hist prometheus.Observer
 	if err == nil {
-		hist = o.rtt[nodeOp{node, op}]
+		hist = o.rtt[nodeOp{name, node, op}]
 		if hist == nil {
 			if o.rtt == nil {
 				o.rtt = map[nodeOp]prometheus.Observer{}
 			}
-			hist = metrics.nodeRTT.WithLabelValues(node, op)
-			o.rtt[nodeOp{node, op}] = hist
+			hist = metrics.nodeRTT.WithLabelValues(name, node, op)
+			o.rtt[nodeOp{name, node, op}] = hist
 		}
 	}
 	was, changed := o.failing[node], o.failing[node] != (err != nil)
@@ -158,7 +146,7 @@ func (o *observer) NodeCall(node, op string, rtt time.Duration, err error) {
 	if err == nil {
 		hist.Observe(rtt.Seconds())
 	} else {
-		metrics.nodeErrors.WithLabelValues(node, op).Inc()
+		metrics.nodeErrors.WithLabelValues(name, node, op).Inc()
 	}
 	if !changed {
 		return
@@ -173,15 +161,16 @@ func (o *observer) NodeCall(node, op string, rtt time.Duration, err error) {
 	}
 }
 
-func (o *observer) Renewal(err error) {
+// countRenewal counts one renewal of a lock of the locker name.
+func countRenewal(name string, err error) {
 	switch {
 	case err == nil:
-		metrics.renewals.WithLabelValues("ok").Inc()
+		metrics.renewals.WithLabelValues(name, "ok").Inc()
 	case isLost(err):
-		metrics.renewals.WithLabelValues("lost").Inc()
+		metrics.renewals.WithLabelValues(name, "lost").Inc()
 	case errors.Is(err, redlock.ErrReleased):
 		// released while the renewal was in flight: not an outcome of the renewal
 	default:
-		metrics.renewals.WithLabelValues("error").Inc()
+		metrics.renewals.WithLabelValues(name, "error").Inc()
 	}
 }

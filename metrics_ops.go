@@ -27,20 +27,20 @@ var (
 		Namespace: metricsNamespace, Subsystem: metricsSubsystem, Name: "hold_duration_seconds",
 		Help:    "How long requests held their lock, by lock mode (exclusive, shared, limit) and how the hold ended: released, handed_over, lost, drained.",
 		Buckets: holdBuckets,
-	}, []string{"mode", "how"})
+	}, []string{"name", "mode", "how"})
 	dryRunTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: metricsNamespace, Subsystem: metricsSubsystem, Name: "dry_run_total",
 		Help: "Requests that dry_run served unlocked although they would have waited or been refused, by reason: busy, unavailable, error.",
-	}, []string{"reason"})
+	}, []string{"name", "reason"})
 )
 
 // opsCollectors are registered with the others by registerMetrics.
 var opsCollectors = []prometheus.Collector{holdHist, dryRunTotal}
 
 // observeHold records a hold that ended.
-func observeHold(mode, how string, held time.Duration) {
-	holdHist.WithLabelValues(mode, how).Observe(held.Seconds())
+func observeHold(name, mode, how string, held time.Duration) {
+	holdHist.WithLabelValues(name, mode, how).Observe(held.Seconds())
 }
 
 // countDryRun records a request dry run let through unlocked.
-func countDryRun(reason string) { dryRunTotal.WithLabelValues(reason).Inc() }
+func countDryRun(name, reason string) { dryRunTotal.WithLabelValues(name, reason).Inc() }

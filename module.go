@@ -109,6 +109,12 @@ type Handler struct {
 	// and never gets 423 or 503 from this handler; one that would have is served
 	// unlocked, counted (caddy_redlock_dry_run_total) and logged.
 	DryRun bool `json:"dry_run,omitempty"`
+	// Name labels this block's metrics (label `name`), log lines, events and admin/CLI
+	// output: letters, digits and . _ : / @ -, at most 64 characters. Default: derived
+	// from the prefix and the node set ("redlock: @ host:port,..."). Blocks with the same
+	// node set and name share one Redis client; the same name on other nodes is allowed
+	// (warned): their metrics add up.
+	Name string `json:"name,omitempty"`
 
 	s       *settings
 	keys    *keyer
@@ -157,10 +163,15 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	if s.lock.TLSConfig, s.tlsKey, err = h.TLS.load(urls); err != nil {
 		return fmt.Errorf("redlock: %w", err)
 	}
+	events, err := eventsApp(ctx)
+	if err != nil {
+		return fmt.Errorf("redlock: %w", err)
+	}
 	lease, err := openLocker(urls, s)
 	if err != nil {
 		return fmt.Errorf("redlock: redis: %w", err)
 	}
+	h.logger = h.logger.With(zap.String("name", lease.shared.name))
 	// Also here, not only in the admin module: with `admin off` the metrics must still
 	// reach a `metrics` handler. Registering again is a no-op.
 	if err := registerMetrics(ctx.GetMetricsRegistry()); err != nil {
@@ -170,6 +181,10 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	h.s, h.keys, h.locker = s, k, lease
 	h.ns, h.cfgDone = newNamespace(urls, s, h), ctx.Done()
 	h.goLive()
+	h.warnSharedName()
+	if events != nil {
+		lease.shared.events.attach(h, ctx, events)
+	}
 	for _, w := range lease.shared.client.Status().Warnings {
 		h.logger.Warn("redlock configuration", zap.String("warning", w), zap.String("locker", lease.shared.name))
 	}
@@ -198,6 +213,7 @@ func slowRenewalRisk(s *settings) bool {
 func (h *Handler) Cleanup() error {
 	if h.s != nil {
 		h.leave()
+		h.locker.shared.events.detach(h)
 	}
 	if caddy.Exiting() && h.s != nil {
 		h.abortInflight(h.s.lock.NodeTimeout + time.Second)
@@ -231,6 +247,7 @@ type settings struct {
 	dryRun        bool
 	shared        map[string]bool // methods that take their keys shared (nil: none)
 	limit         int             // holders per key: 1 = a mutex
+	name          string          // the configured name, "" for the default (name.go)
 }
 
 // Defaults of the handler's own options; those of the lock itself (prefix, ttl,
@@ -245,7 +262,10 @@ const (
 // touch the network, so the Caddyfile adapter runs it too.
 func (h *Handler) resolve() (*settings, error) {
 	s := &settings{renew: time.Duration(h.RenewInterval), wait: defaultWait, maxHold: time.Duration(h.MaxHold),
-		busyStatus: h.BusyStatus, fencing: h.Fencing, fencingHeader: h.FencingHeader, dryRun: h.DryRun}
+		busyStatus: h.BusyStatus, fencing: h.Fencing, fencingHeader: h.FencingHeader, dryRun: h.DryRun, name: h.Name}
+	if err := checkName(h.Name); err != nil {
+		return nil, err
+	}
 	if h.Wait != nil {
 		s.wait = time.Duration(*h.Wait)
 	}

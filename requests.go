@@ -158,6 +158,7 @@ type requestInfo struct {
 	URI        string        `json:"uri"`
 	RemoteAddr string        `json:"remote_addr"`
 	Locker     string        `json:"locker"`
+	Name       string        `json:"name"` // the handler's name (name.go)
 }
 
 // locks reports whether the request waits for or holds key (one of its keys).
@@ -180,7 +181,8 @@ func inflightRequests() []requestInfo {
 	for _, e := range entries {
 		e.mu.Lock()
 		ri := requestInfo{Key: e.key, Mode: e.mode, State: e.state, Since: e.since, HeldSince: e.heldAt,
-			Method: e.method, URI: e.uri, RemoteAddr: e.remote, Locker: e.locker}
+			Method: e.method, URI: e.uri, RemoteAddr: e.remote, Locker: e.locker,
+			Name: e.owner.label()}
 		if len(e.keys) > 1 {
 			ri.Keys = e.keys
 		}

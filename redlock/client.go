@@ -187,6 +187,7 @@ func (c *Client) healthLoop(n *node) {
 	for {
 		n.check(c.ctx, timeout)
 		n.afterCheck(c.ctx, timeout)
+		n.reportHealth()
 		c.warnSameServer()
 		select {
 		case <-c.ctx.Done():

@@ -19,7 +19,7 @@ import (
 // every client's announce, on every new connection and every health check
 // (announceScript). A client that finds the marker gone (re-created) or changed since
 // its last reading, or INFO's evicted_keys grown, saw the node lose keys: it quarantines
-// it exactly like a restarted node (voting.go, CauseDataLoss). A client meeting a node
+// it exactly like a restarted node (voting.go, QuarantineDataLoss). A client meeting a node
 // for the first time reads the marker's age as it reads INFO's uptime: data that began
 // less than a quarantine ago is young.
 //

@@ -43,7 +43,7 @@ func TestFlushedNodeDoesNotVote(t *testing.T) {
 		return b.Status().Nodes[0].LastCheck.After(flushed.Add(100 * time.Millisecond))
 	})
 	st := b.Status().Nodes[0]
-	if st.QuarantineCause != CauseDataLoss || st.Votes || st.QuarantinedUntil.IsZero() {
+	if st.QuarantineCause != QuarantineDataLoss || st.Votes || st.QuarantinedUntil.IsZero() {
 		t.Fatalf("node 1 after FLUSHALL: cause %q, votes %v, until %v; want data_loss, not voting", st.QuarantineCause, st.Votes, st.QuarantinedUntil)
 	}
 	if err := raw(servers[2]).Del(ctx, defaultPrefix+"k").Err(); err != nil {
@@ -94,13 +94,13 @@ func TestObserveSeesDataLoss(t *testing.T) {
 		firstMark  string
 		second     string
 		secondMark string
-		want       string
+		want       QuarantineCause
 	}{
 		{"nothing changed", info("r1", 0), "m1:1", info("r1", 0), "m1:1", ""},
-		{"restart", info("r1", 0), "m1:1", info("r2", 0), "m1:1", CauseRestart},
-		{"flush", info("r1", 0), "m1:1", info("r1", 0), "m2:5", CauseDataLoss},
-		{"eviction", info("r1", 3), "m1:1", info("r1", 4), "m1:1", CauseDataLoss},
-		{"no run_id, restarted empty", info("", 0), "m1:1", info("", 0), "m2:9", CauseDataLoss},
+		{"restart", info("r1", 0), "m1:1", info("r2", 0), "m1:1", QuarantineRestart},
+		{"flush", info("r1", 0), "m1:1", info("r1", 0), "m2:5", QuarantineDataLoss},
+		{"eviction", info("r1", 3), "m1:1", info("r1", 4), "m1:1", QuarantineDataLoss},
+		{"no run_id, restarted empty", info("", 0), "m1:1", info("", 0), "m2:9", QuarantineDataLoss},
 		{"no run_id, nothing changed", info("", 0), "m1:1", info("", 0), "m1:1", ""},
 	}
 	for _, tc := range cases {
@@ -123,7 +123,7 @@ func TestYoungMarkerHoldsANodeBack(t *testing.T) {
 	c := newTestClient(t, servers, fastOptions())
 	n := &node{addr: "test", c: c, evicted: -1}
 	n.observe("run_id:r1\r\nuptime_in_seconds:3600\r\n", announceReply(2000, "m:1000", 1500)) // 500ms old
-	if until, cause := n.quarantine(time.Now()); until.IsZero() || cause != CauseYoung {
+	if until, cause := n.quarantine(time.Now()); until.IsZero() || cause != QuarantineYoung {
 		t.Fatalf("a marker 500ms old: until %v cause %q, want young", until, cause)
 	}
 }
@@ -139,23 +139,23 @@ func TestQuarantineOf(t *testing.T) {
 		self   nodeFacts
 		others []nodeFacts // the other nodes of a 3-node client (quorum 2)
 		until  time.Time
-		cause  string
+		cause  QuarantineCause
 	}{
 		{"long started", old, []nodeFacts{old, old}, time.Time{}, ""},
 		{"never seen", nodeFacts{}, []nodeFacts{old, old}, time.Time{}, ""},
-		{"restart seen 1s ago", nodeFacts{lossSeen: ago(time.Second), lossCause: CauseRestart, startedAt: ago(time.Hour)},
-			[]nodeFacts{old, old}, now.Add(9 * time.Second), CauseRestart},
-		{"data loss seen 1s ago", nodeFacts{lossSeen: ago(time.Second), lossCause: CauseDataLoss, startedAt: ago(time.Hour)},
-			[]nodeFacts{old, old}, now.Add(9 * time.Second), CauseDataLoss},
-		{"loss seen a quarantine ago", nodeFacts{lossSeen: ago(q), lossCause: CauseDataLoss, startedAt: ago(time.Hour)},
+		{"restart seen 1s ago", nodeFacts{lossSeen: ago(time.Second), lossCause: QuarantineRestart, startedAt: ago(time.Hour)},
+			[]nodeFacts{old, old}, now.Add(9 * time.Second), QuarantineRestart},
+		{"data loss seen 1s ago", nodeFacts{lossSeen: ago(time.Second), lossCause: QuarantineDataLoss, startedAt: ago(time.Hour)},
+			[]nodeFacts{old, old}, now.Add(9 * time.Second), QuarantineDataLoss},
+		{"loss seen a quarantine ago", nodeFacts{lossSeen: ago(q), lossCause: QuarantineDataLoss, startedAt: ago(time.Hour)},
 			[]nodeFacts{old, old}, time.Time{}, ""},
-		{"young alone", nodeFacts{startedAt: ago(2 * time.Second)}, []nodeFacts{old, old}, now.Add(8 * time.Second), CauseYoung},
+		{"young alone", nodeFacts{startedAt: ago(2 * time.Second)}, []nodeFacts{old, old}, now.Add(8 * time.Second), QuarantineYoung},
 		{"young with another (fresh start)", nodeFacts{startedAt: ago(2 * time.Second)},
 			[]nodeFacts{{startedAt: ago(3 * time.Second)}, old}, time.Time{}, ""},
 		{"young with another, 5s apart", nodeFacts{startedAt: ago(2 * time.Second)},
-			[]nodeFacts{{startedAt: ago(7 * time.Second)}, old}, now.Add(8 * time.Second), CauseYoung},
-		{"fresh start does not lift a loss seen", nodeFacts{lossSeen: ago(time.Second), lossCause: CauseDataLoss, startedAt: ago(time.Second)},
-			[]nodeFacts{{startedAt: ago(time.Second)}, {startedAt: ago(time.Second)}}, now.Add(9 * time.Second), CauseDataLoss},
+			[]nodeFacts{{startedAt: ago(7 * time.Second)}, old}, now.Add(8 * time.Second), QuarantineYoung},
+		{"fresh start does not lift a loss seen", nodeFacts{lossSeen: ago(time.Second), lossCause: QuarantineDataLoss, startedAt: ago(time.Second)},
+			[]nodeFacts{{startedAt: ago(time.Second)}, {startedAt: ago(time.Second)}}, now.Add(9 * time.Second), QuarantineDataLoss},
 	}
 	for _, tc := range cases {
 		all := append([]nodeFacts{tc.self}, tc.others...)

@@ -132,7 +132,7 @@
 // alive by every announce of every client. A loss that takes the marker with it shows
 // as a marker gone (re-created with another value) or changed at B's next reading; an
 // eviction may spare the marker, but INFO's evicted_keys then grows. Either is a loss
-// seen (CauseDataLoss): x does not vote for the quarantine after B saw it, exactly as
+// seen (QuarantineDataLoss): x does not vote for the quarantine after B saw it, exactly as
 // after a restart, and is not even asked meanwhile. A client meeting x for the first
 // time takes the marker's age as it takes the uptime: data begun less than a quarantine
 // ago is young. The rule itself is one pure function of these facts and the time

@@ -39,6 +39,7 @@ type node struct {
 	// not wait for a silent node to decide (round.decisiveLocked). Cleared by the next
 	// answer; read without mu.
 	silent atomic.Bool
+	health healthReport // what the HealthObserver was told; health loop only
 
 	mu          sync.Mutex
 	up          bool
@@ -48,11 +49,11 @@ type node struct {
 	lastErrAt   time.Time
 	lastCheck   time.Time
 	runID       string
-	lossSeen    time.Time // when this client saw the node lose its keys (monotonic reading; voting.go)
-	lossCause   string    // CauseRestart or CauseDataLoss
-	marker      string    // the node's data marker as last read (dataloss.go)
-	evicted     int64     // INFO's evicted_keys as last read, -1 before
-	youngWarned bool      // warnYoung logged
+	lossSeen    time.Time       // when this client saw the node lose its keys (monotonic reading; voting.go)
+	lossCause   QuarantineCause // QuarantineRestart or QuarantineDataLoss
+	marker      string          // the node's data marker as last read (dataloss.go)
+	evicted     int64           // INFO's evicted_keys as last read, -1 before
+	youngWarned bool            // warnYoung logged
 	errors      uint64
 }
 
@@ -67,8 +68,8 @@ type NodeStatus struct {
 	LastErrorAt, LastCheck time.Time
 	RunID                  string    // the server's run_id: a change means a restart
 	QuarantinedUntil       time.Time // a node that may have lost its keys does not vote before then (voting.go)
-	// QuarantineCause says why: CauseRestart, CauseDataLoss or CauseYoung ("" when it votes).
-	QuarantineCause string
+	// QuarantineCause says why: QuarantineRestart, QuarantineDataLoss or QuarantineYoung ("" when it votes).
+	QuarantineCause QuarantineCause
 	// Votes reports whether the node's grants count towards a quorum now: it is up and
 	// not quarantined (the library's own rule; an operator view needs no other).
 	Votes  bool
@@ -248,14 +249,14 @@ func (n *node) observe(info string, ann *redis.Cmd) {
 	}
 	n.mu.Lock()
 	prevID, prevMarker, prevEvicted := n.runID, n.marker, n.evicted
-	cause := ""
+	var cause QuarantineCause
 	switch {
 	case id != "" && prevID != "" && prevID != id:
-		cause = CauseRestart
+		cause = QuarantineRestart
 	case mErr == nil && prevMarker != "" && prevMarker != m.value:
-		cause = CauseDataLoss // gone (re-created) or changed: FLUSHALL, a failover, a restart without run_id
+		cause = QuarantineDataLoss // gone (re-created) or changed: FLUSHALL, a failover, a restart without run_id
 	case evErr == nil && prevEvicted >= 0 && evicted > prevEvicted:
-		cause = CauseDataLoss // evicted under memory pressure: any key may have been a lock
+		cause = QuarantineDataLoss // evicted under memory pressure: any key may have been a lock
 	}
 	if id != "" {
 		n.runID = id
@@ -292,8 +293,9 @@ func (n *node) observe(info string, ann *redis.Cmd) {
 	n.mu.Unlock()
 	if cause != "" {
 		n.c.opt.Logger.Warn("redis node may have lost its keys; it will not vote until its quarantine ends",
-			slog.String("node", n.addr), slog.String("cause", cause), slog.String("previous_run_id", prevID),
+			slog.String("node", n.addr), slog.String("cause", string(cause)), slog.String("previous_run_id", prevID),
 			slog.String("run_id", id), slog.Time("quarantined_until", until))
+		n.reportQuarantine(until, cause)
 	}
 }
 

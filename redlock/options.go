@@ -80,6 +80,7 @@ type Options struct {
 }
 
 // Observer receives events for metrics. Implementations must be fast and must not block.
+// One that also implements HealthObserver is told of node transitions too.
 type Observer interface {
 	// NodeCall reports one command to one node: op is "acquire", "extend", "retake",
 	// "release", "commit", "health", "inspect", "force_release" or "subscribe" (a failed

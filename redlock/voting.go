@@ -61,19 +61,12 @@ func (c *Client) quarantine() time.Duration {
 // The rule itself is one pure function of what the client knows of each node (nodeFacts)
 // and the time: quarantineOf. The methods below only gather the facts.
 
-// Quarantine causes (NodeStatus.QuarantineCause).
-const (
-	CauseRestart  = "restart"   // the node's run_id changed
-	CauseDataLoss = "data_loss" // the node lost its data without a restart (dataloss.go)
-	CauseYoung    = "young"     // the node's data began less than a quarantine ago, not with most nodes
-)
-
 // nodeFacts is what the voting rule knows of one node.
 type nodeFacts struct {
 	// lossSeen is when this client saw the node lose its keys (a restart or a data loss),
 	// zero if never; lossCause says which.
 	lossSeen  time.Time
-	lossCause string
+	lossCause QuarantineCause
 	// startedAt is the latest instant the node's current data may have begun (its INFO
 	// uptime, the age of its marker: dataloss.go), zero while unknown.
 	startedAt time.Time
@@ -85,14 +78,14 @@ type nodeFacts struct {
 //   - a loss this client saw: q after it saw it, whatever the other nodes do;
 //   - a young node (its data began less than q ago) is held back until q after that
 //     begin, unless it began together with a quorum of young nodes (a fresh start).
-func quarantineOf(f nodeFacts, nodes []nodeFacts, quorum int, q time.Duration, now time.Time) (time.Time, string) {
+func quarantineOf(f nodeFacts, nodes []nodeFacts, quorum int, q time.Duration, now time.Time) (time.Time, QuarantineCause) {
 	if !f.lossSeen.IsZero() {
 		if until := f.lossSeen.Add(q); now.Before(until) {
 			return until, f.lossCause
 		}
 	}
 	if until := youngUntilOf(f, q, now); !until.IsZero() && !freshStartOf(f, nodes, quorum, q, now) {
-		return until, CauseYoung
+		return until, QuarantineYoung
 	}
 	return time.Time{}, ""
 }
@@ -161,7 +154,7 @@ func (n *node) youngUntil(now time.Time) time.Time {
 }
 
 // quarantinedUntil returns a non-zero time while the node may not vote at all, and why.
-func (n *node) quarantine(now time.Time) (time.Time, string) {
+func (n *node) quarantine(now time.Time) (time.Time, QuarantineCause) {
 	return quarantineOf(n.facts(), n.c.allFacts(), n.c.quorum, n.c.quarantine(), now)
 }
 
@@ -208,5 +201,6 @@ func (n *node) warnYoung(now time.Time) {
 	if !warned {
 		n.c.opt.Logger.Warn("redis node started less than a quarantine ago, not together with most nodes: it will not vote until then",
 			slog.String("node", n.addr), slog.String("run_id", id), slog.Time("quarantined_until", n.youngUntil(now)))
+		n.reportQuarantine(n.youngUntil(now), QuarantineYoung)
 	}
 }
