@@ -2,13 +2,10 @@ package caddyredlock
 
 import (
 	"crypto/rand"
-	"log/slog"
 	"sort"
 	"strings"
 	"sync"
 	"time"
-
-	"go.uber.org/zap/exp/zapslog"
 
 	"github.com/caddyserver/caddy/v2"
 	"go.uber.org/zap"
@@ -81,8 +78,9 @@ func openLocker(urls []string, s *settings) (*lockerLease, error) {
 	key := lockerKey{urls: strings.Join(urls, "\n"), prefix: o.Prefix, maxTTL: o.MaxTTL, nodeTimeout: o.NodeTimeout,
 		drift: o.DriftFactor, retryMin: o.RetryDelayMin, retryMax: o.RetryDelayMax, tls: s.tlsKey}
 	v, _, err := lockerPool.LoadOrNew(key, func() (caddy.Destructor, error) {
-		// The client outlives this config: use the process logger, not the module's.
-		o.Logger = slog.New(zapslog.NewHandler(caddy.Log().Named("http.handlers.redlock").Core()))
+		// The client outlives this config: log through Caddy's default logger as it is
+		// at each line, not the module's (redlocklog.go).
+		o.Logger = newRedlockLogger()
 		o.Observer = nodeObserver
 		c, err := redlock.New(urls, o)
 		if err != nil {
@@ -122,7 +120,7 @@ func (l *lockerLease) drop() {
 	l.mu.Unlock()
 	if last {
 		if _, err := lockerPool.Delete(l.key); err != nil {
-			caddy.Log().Named("http.handlers.redlock").Warn("closing redlock client",
+			caddy.Log().Named(redlockLoggerName).Warn("closing redlock client",
 				zap.String("locker", l.shared.name), zap.Error(err))
 		}
 	}
