@@ -1,4 +1,4 @@
-# The README names these targets; keep them in sync.
+# The README and docs/ name these targets; keep them in sync.
 GO ?= go
 
 .PHONY: test deps vet fuzz-short build demo demo-check bench bench-lib

@@ -23,7 +23,7 @@ func init() {
 // instances, so it reads the package-level tables of locks.go: the shared lockers and
 // the requests that wait for or hold a lock.
 //
-// Field names are stable (README, "Admin API"): snake_case, durations as *_ms numbers,
+// Field names are stable (docs/operating.md, "Admin API"): snake_case, durations as *_ms numbers,
 // times as RFC 3339. Lock values are never shown: the redlock package does not return
 // them, and nothing here asks Redis for them.
 type AdminAPI struct {

@@ -14,7 +14,7 @@ import (
 )
 
 // These tests run Caddy against real Redis deployments: TLS with a private CA, mutual
-// TLS, a server name for nodes addressed by IP, unix sockets, and the README's
+// TLS, a server name for nodes addressed by IP, unix sockets, and the docs'
 // least-privilege ACL user; and misconfigured ones, which must fail fast and say why.
 
 // everyFeature drives one Caddy site through the features on urls: a streamed request
@@ -116,11 +116,11 @@ func TestCaddyUnixSockets(t *testing.T) {
 	everyFeature(t, servers, urls, "")
 }
 
-// readmeACLSetUser returns the README's one ACL SETUSER line as arguments, for user
+// docsACLSetUser returns the one ACL SETUSER line of docs/connecting.md as arguments, for user
 // and password (the line is written for the default prefix, as the test uses).
-func readmeACLSetUser(t *testing.T, user, password string) []string {
+func docsACLSetUser(t *testing.T, user, password string) []string {
 	t.Helper()
-	f, err := os.Open("README.md")
+	f, err := os.Open("docs/connecting.md")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -133,15 +133,15 @@ func readmeACLSetUser(t *testing.T, user, password string) []string {
 		}
 	}
 	if len(found) != 1 {
-		t.Fatalf("README.md has %d lines starting with ACL SETUSER, want exactly 1: %q", len(found), found)
+		t.Fatalf("docs/connecting.md has %d lines starting with ACL SETUSER, want exactly 1: %q", len(found), found)
 	}
 	return strings.Fields(strings.NewReplacer("<user>", user, "<password>", password).Replace(found[0]))
 }
 
-// Every feature under exactly the README's ACL line (through a unix socket and TCP).
-func TestCaddyREADMEACLUser(t *testing.T) {
+// Every feature under exactly the ACL line of docs/connecting.md (through a unix socket and TCP).
+func TestCaddyDocsACLUser(t *testing.T) {
 	servers := redistest.StartN(t, 3)
-	args := readmeACLSetUser(t, "caddy", "s3cret")
+	args := docsACLSetUser(t, "caddy", "s3cret")
 	urls := make([]string, len(servers))
 	for i, s := range servers {
 		if _, err := s.Command(args...); err != nil {
@@ -219,7 +219,7 @@ func TestCaddyTLSWrongServerName(t *testing.T) {
 func TestCaddyACLMissingPermission(t *testing.T) {
 	servers := redistest.StartN(t, 3)
 	var args []string
-	for _, a := range readmeACLSetUser(t, "caddy", "s3cret") {
+	for _, a := range docsACLSetUser(t, "caddy", "s3cret") {
 		if a != "+info" {
 			args = append(args, a)
 		}

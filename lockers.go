@@ -2,13 +2,10 @@ package caddyredlock
 
 import (
 	"crypto/rand"
-	"log/slog"
 	"sort"
 	"strings"
 	"sync"
 	"time"
-
-	"go.uber.org/zap/exp/zapslog"
 
 	"github.com/caddyserver/caddy/v2"
 	"go.uber.org/zap"
@@ -87,8 +84,9 @@ func openLocker(urls []string, s *settings) (*lockerLease, error) {
 	key := lockerKey{urls: strings.Join(urls, "\n"), prefix: o.Prefix, maxTTL: o.MaxTTL, nodeTimeout: o.NodeTimeout,
 		drift: o.DriftFactor, retryMin: o.RetryDelayMin, retryMax: o.RetryDelayMax, tls: s.tlsKey, name: s.name}
 	v, _, err := lockerPool.LoadOrNew(key, func() (caddy.Destructor, error) {
-		// The client outlives this config: use the process logger, not the module's.
-		o.Logger = slog.New(zapslog.NewHandler(caddy.Log().Named("http.handlers.redlock").Core()))
+		// The client outlives this config: log through Caddy's default logger as it is
+		// at each line, not the module's (redlocklog.go).
+		o.Logger = newRedlockLogger()
 		// The name is needed before New (the observer labels with it), the addresses
 		// after: parse them as New does.
 		name := s.name
@@ -135,7 +133,7 @@ func (l *lockerLease) drop() {
 	l.mu.Unlock()
 	if last {
 		if _, err := lockerPool.Delete(l.key); err != nil {
-			caddy.Log().Named("http.handlers.redlock").Warn("closing redlock client",
+			caddy.Log().Named(redlockLoggerName).Warn("closing redlock client",
 				zap.String("locker", l.shared.name), zap.Error(err))
 		}
 	}

@@ -7,7 +7,7 @@ import (
 	"github.com/caddy-redlock/caddy-redlock/redlock"
 )
 
-// Lock modes of a request (README, "Lock modes"), as {http.redlock.mode}, in the admin
+// Lock modes of a request (docs/configuration.md, "Lock modes"), as {http.redlock.mode}, in the admin
 // API, logs and the metrics' mode label.
 const (
 	modeExclusive = "exclusive"

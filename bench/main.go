@@ -1,7 +1,7 @@
 // Command bench measures caddy-redlock side by side with a redsync-based proxy, in one
 // run on one machine: the Redis floor, the lock's cost, throughput and latency through
 // Caddy, a hot key across two instances (also with a paused or slow minority node), Redis
-// commands per request, and the cost of many waiting requests. See README.md.
+// commands per request, and the cost of many waiting requests. See docs/performance.md.
 //
 //	cd bench && go run .          # full run (~6 min), writes results.json and results.md
 //	cd bench && go run . -quick   # under 2 minutes

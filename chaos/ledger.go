@@ -15,8 +15,8 @@ import (
 //
 //   - Mutual exclusion: two requests for one key inside at once is a VIOLATION, unless the
 //     one already inside came through a Caddy instance that was paused (SIGSTOP) since it
-//     entered. Redlock cannot protect a holder that sleeps past its validity (README,
-//     "Safety notes"); fencing does: that older request is marked superseded and every
+//     entered. Redlock cannot protect a holder that sleeps past its validity
+//     (docs/safety.md); fencing does: that older request is marked superseded and every
 //     later operation of it is rejected ("stale, rejected by fencing").
 //   - Fencing: per key the upstream accepts only tokens above every token it accepted
 //     before. A request arriving with a lower or equal token is a token REGRESSION,

@@ -8,7 +8,7 @@
 //	go -C chaos run .                # the short form (CI, a few minutes)
 //	go -C chaos run . -mode full     # every fault twice on other nodes, extra faults
 //
-// See the README's "Chaos suite" section for what each fault checks.
+// See docs/chaos.md for what each fault checks.
 package main
 
 import (

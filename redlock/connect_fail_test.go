@@ -83,7 +83,7 @@ func TestTLSClientCertificateRequired(t *testing.T) {
 	misconfigured(t, redistest.URLs(servers), opt, AcquireOptions{}, "client certificate", "")
 }
 
-// The README's line with one permission taken away: the error names what is missing.
+// The docs' ACL line with one permission taken away: the error names what is missing.
 func TestACLMissingPermission(t *testing.T) {
 	for _, tc := range []struct {
 		drop     string
@@ -99,7 +99,7 @@ func TestACLMissingPermission(t *testing.T) {
 	} {
 		t.Run(tc.drop, func(t *testing.T) {
 			var args []string
-			for _, a := range readmeACLLine(t, "locker", "pw") {
+			for _, a := range docsACLLine(t, "locker", "pw") {
 				if a != tc.drop {
 					args = append(args, a)
 				}
@@ -126,7 +126,7 @@ func TestACLProbe(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var args []string
-			for _, a := range readmeACLLine(t, "locker", "pw") {
+			for _, a := range docsACLLine(t, "locker", "pw") {
 				if a == tc.replace[0] {
 					a = tc.replace[1]
 				}
@@ -161,7 +161,7 @@ func TestACLProbe(t *testing.T) {
 // A node that becomes usable again is logged once at info, and shows up.
 func TestACLProbeRecovers(t *testing.T) {
 	var args []string
-	for _, a := range readmeACLLine(t, "locker", "pw") {
+	for _, a := range docsACLLine(t, "locker", "pw") {
 		if a != "+time" {
 			args = append(args, a)
 		}
@@ -186,6 +186,6 @@ func TestACLProbeRecovers(t *testing.T) {
 
 // Refused credentials are a configuration problem too: named and logged.
 func TestWrongPassword(t *testing.T) {
-	servers := aclServers(t, 3, readmeACLLine(t, "locker", "right"))
+	servers := aclServers(t, 3, docsACLLine(t, "locker", "right"))
 	misconfigured(t, userURLs(servers, "locker", "wrong"), fastOptions(), AcquireOptions{}, "WRONGPASS", "")
 }

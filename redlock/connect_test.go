@@ -256,11 +256,11 @@ func TestClientBuilder(t *testing.T) {
 	}
 }
 
-// readmeACLLine returns the ACL SETUSER line of the README, for the user and password
+// docsACLLine returns the ACL SETUSER line of docs/connecting.md, for the user and password
 // given (the prefix is the default one the line is written for).
-func readmeACLLine(t *testing.T, user, password string) []string {
+func docsACLLine(t *testing.T, user, password string) []string {
 	t.Helper()
-	f, err := os.Open("../README.md")
+	f, err := os.Open("../docs/connecting.md")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -273,7 +273,7 @@ func readmeACLLine(t *testing.T, user, password string) []string {
 		}
 	}
 	if len(found) != 1 {
-		t.Fatalf("README.md has %d lines starting with ACL SETUSER, want 1: %q", len(found), found)
+		t.Fatalf("docs/connecting.md has %d lines starting with ACL SETUSER, want 1: %q", len(found), found)
 	}
 	line := strings.NewReplacer("<user>", user, "<password>", password).Replace(found[0])
 	return strings.Fields(line)
@@ -298,10 +298,10 @@ func userURLs(servers []*redistest.Server, user, password string) []string {
 	return urls
 }
 
-// Every feature works under exactly the README's ACL line, also after SCRIPT FLUSH (the
+// Every feature works under exactly the ACL line of docs/connecting.md, also after SCRIPT FLUSH (the
 // NOSCRIPT fallback must not need SCRIPT LOAD, which the line does not grant).
-func TestREADMEACLUser(t *testing.T) {
-	servers := aclServers(t, 3, readmeACLLine(t, "locker", "s3cret"))
+func TestDocsACLUser(t *testing.T) {
+	servers := aclServers(t, 3, docsACLLine(t, "locker", "s3cret"))
 	urls := userURLs(servers, "locker", "s3cret")
 	exerciseFeatures(t, urls, notifyOptions())
 	for _, s := range servers {

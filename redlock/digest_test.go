@@ -163,10 +163,10 @@ func forgetDigests() {
 	}
 }
 
-// A user with exactly the README's ACL line (EVAL and EVALSHA, no SCRIPT LOAD) learns
+// A user with exactly the docs' ACL line (EVAL and EVALSHA, no SCRIPT LOAD) learns
 // the digests and runs the scripts by them.
-func TestDigestsLearnedUnderREADMEACLUser(t *testing.T) {
-	servers := aclServers(t, 1, readmeACLLine(t, "locker", "s3cret"))
+func TestDigestsLearnedUnderDocsACLUser(t *testing.T) {
+	servers := aclServers(t, 1, docsACLLine(t, "locker", "s3cret"))
 	forgetDigests()
 	c, err := New(userURLs(servers, "locker", "s3cret"), fastOptions())
 	if err != nil {

@@ -62,7 +62,7 @@
 // quarantine and (b) tokens never run ahead of the clocks. Counters also expire when
 // unused, for the same reason (below): re-created, they start from the clock. Use AOF with
 // appendfsync always where you can; the clock rule is the fallback, and the assumption
-// (bounded clock skew between nodes) is stated in the README.
+// (bounded clock skew between nodes) is stated in docs/safety.md.
 //
 // Why tokens stay close to the clocks (b): a node takes a proposal only within lead µs
 // of its clock (lead <= 100ms and <= a quarter of the quarantine, fencing.go), and keeps
@@ -76,7 +76,7 @@
 // keep no reserve. Without these bounds a hot key granted faster than one grant per K µs
 // would push its counters ahead by a reserve per grant, without end, and a client with a
 // wrong clock could push them anywhere; a restarted node's clock would then start below
-// tokens already issued. The condition the README states: node clocks differ by less
+// tokens already issued. The condition docs/safety.md states: node clocks differ by less
 // than the quarantine minus 2 x lead + K.
 //
 // Counter expiry: every script that writes a counter gives it an expiry E = 2 x the
@@ -115,7 +115,7 @@
 // own MaxTTL and the values it read from the nodes, recomputed whenever a vote is
 // judged, never frozen. B has read A's announcement from the nodes unless A began to use
 // the nodes less than a health interval before B's last reading and B's own quarantine
-// ran out before its next one: the README tells operators to set max_ttl alike on every
+// ran out before its next one: docs/safety.md tells operators to set max_ttl alike on every
 // client for that reason. A node restarted without data forgets the bound too, but the
 // other nodes of A's majority keep it; only a majority restarting at once loses it, and
 // that Redlock without persistence cannot survive in any case (see fresh starts in

@@ -153,12 +153,12 @@ func aclHint(cmd redis.Cmder, err error) string {
 		}
 	}
 	if inScript {
-		return "redis ACL: the user may not run a command inside " + what + "; grant the commands of the ACL SETUSER line in the README"
+		return "redis ACL: the user may not run a command inside " + what + "; grant the commands of the ACL SETUSER line in docs/connecting.md"
 	}
 	if strings.Contains(msg, "keys") || strings.Contains(msg, "channel") {
 		return "redis ACL: the user may not use these keys or channels in " + what + "; grant ~<prefix>* and &<prefix>*"
 	}
-	return "redis ACL: the user may not run " + what + "; grant the commands of the ACL SETUSER line in the README"
+	return "redis ACL: the user may not run " + what + "; grant the commands of the ACL SETUSER line in docs/connecting.md"
 }
 
 // scriptOf finds our script in an EVAL (by its text) or EVALSHA (by its digest).

@@ -89,7 +89,7 @@ func (n *node) probe(ctx context.Context, timeout time.Duration) error {
 		return fmt.Errorf("permission probe: %w", err)
 	}
 	if len(missing) > 0 {
-		return fmt.Errorf("redis ACL: the user may not run %s on keys or channels under the prefix; grant the ACL SETUSER line in the README (%s)",
+		return fmt.Errorf("redis ACL: the user may not run %s on keys or channels under the prefix; grant the ACL SETUSER line in docs/connecting.md (%s)",
 			strings.Join(missing, ", "), strings.Join(details, "; "))
 	}
 	if err := n.probeSubscribe(ctx, name); err != nil {

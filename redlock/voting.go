@@ -192,15 +192,30 @@ func abs(x int64) int64 {
 	return x
 }
 
-// warnYoung logs, once, that a young node's vote was not counted.
+// youngWarnMargin is how much of a young node's quarantine must be left for its refused
+// vote to be worth a warning. The node's start is dated as late as INFO's whole-second
+// uptime allows (node.observe), up to two seconds later than it may really be: with less
+// left, the node may already be past its real quarantine and votes again before the line
+// is read; a warning then says nothing an operator can act on. A longer hold-back is
+// worth a line even when the quorum was reached: the nodes run with one spare fewer until
+// it ends. Not warning does not mark the node warned: a later, longer hold-back (a larger
+// bound announced) is still told.
+const youngWarnMargin = 2 * time.Second
+
+// warnYoung logs, once, that a young node's vote was not counted, unless the quarantine
+// is all but over (youngWarnMargin).
 func (n *node) warnYoung(now time.Time) {
+	until := n.youngUntil(now)
+	if until.Sub(now) < youngWarnMargin { // a zero until is long past
+		return
+	}
 	n.mu.Lock()
 	warned, id := n.youngWarned, n.runID
 	n.youngWarned = true
 	n.mu.Unlock()
 	if !warned {
 		n.c.opt.Logger.Warn("redis node started less than a quarantine ago, not together with most nodes: it will not vote until then",
-			slog.String("node", n.addr), slog.String("run_id", id), slog.Time("quarantined_until", n.youngUntil(now)))
-		n.reportQuarantine(n.youngUntil(now), QuarantineYoung)
+			slog.String("node", n.addr), slog.String("run_id", id), slog.Time("quarantined_until", until))
+		n.reportQuarantine(until, QuarantineYoung)
 	}
 }
