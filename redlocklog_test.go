@@ -23,7 +23,7 @@ func TestRedlockPackageLinesCarryTheLoggerName(t *testing.T) {
 %s`, redisLine(servers), proxyTo(up))
 	s := startCaddy(t, "", body)
 	restarted := func(i int) []string {
-		return []string{`"logger":"` + redlockLoggerName + `"`, `"level":"warn"`, "restarted",
+		return []string{`"logger":"` + redlockLoggerName + `"`, `"level":"warn"`, "may have lost its keys", `"cause":"restart"`,
 			`"node":"` + servers[i].Addr() + `"`, `"quarantined_until"`}
 	}
 	adm := newAdmClient(s)
