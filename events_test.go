@@ -9,6 +9,7 @@ import (
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyevents"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/caddy-redlock/caddy-redlock/internal/redistest"
 )
@@ -164,6 +165,18 @@ func TestEvents(t *testing.T) {
 	q := eventsSeen(eventNodeQuarantined, map[string]any{"node": restarted})
 	if until, ok := q[0].data["until"].(time.Time); len(q) != 1 || !ok || !until.After(time.Now()) {
 		t.Errorf("node_quarantined events: %+v, want one with a future until", q)
+	}
+	// node_quarantined, for a node that lost its data without a restart (FLUSHALL).
+	flushed := servers[2].Addr()
+	rc := redis.NewClient(&redis.Options{Addr: flushed})
+	defer rc.Close()
+	if err := rc.FlushAll(context.Background()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if !eventually(10*time.Second, func() bool {
+		return len(eventsSeen(eventNodeQuarantined, map[string]any{"node": flushed, "cause": "data_loss", "name": "orders"})) == 1
+	}) {
+		t.Fatalf("no node_quarantined event with cause data_loss: %s", allEvents())
 	}
 	// Nothing for the nodes that did not move.
 	if n := eventsSeen(eventNodeDown, map[string]any{"node": servers[0].Addr()}); len(n) != 0 {
