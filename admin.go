@@ -370,27 +370,30 @@ func (a *AdminAPI) forceRelease(ctx context.Context, w http.ResponseWriter, r *h
 	for _, li := range lockers() {
 		st := li.client.Status()
 		lr := releaseLockerJSON{lockerJSON: describeLocker(li), RedisKey: li.prefix + key, Nodes: len(st.Nodes)}
-		deleted, err := li.client.ForceRelease(ctx, key)
-		lr.DeletedOn, lr.Answered = deleted, lr.Nodes-nodeFailures(err)
-		for _, held := range st.Held {
-			if held.Info().Key == key && isLost(held.Info().Err) {
-				// ForceRelease marked the lock lost (force_released) and released it: the
-				// handler's watcher cancels the request, whose own release then does nothing.
-				lr.HeldHere, lr.Token = true, held.Token()
+		res, err := li.client.ForceRelease(ctx, key)
+		lr.DeletedOn, lr.Answered = res.Deleted, res.Answered
+		// The locks ForceRelease stopped (marked lost, force_released, and released): the
+		// handler's watcher cancels each one's request, whose own release then does nothing.
+		for _, stopped := range res.Stopped {
+			lr.HeldHere, lr.Token = true, stopped.Token
+		}
+		for _, n := range res.Nodes {
+			if n.Err != nil {
+				lr.Errors = append(lr.Errors, n.Node+": "+n.Err.Error())
 			}
 		}
-		if err != nil {
-			lr.Errors = errorLines(err)
+		if err != nil && len(lr.Errors) == 0 { // not a node's: a bad key, or a stopped lock's release
+			lr.Errors = []string{err.Error()}
 		}
 		if lr.Answered < st.Quorum {
 			short = append(short, fmt.Sprintf("%s: %d of %d nodes answered", li.name, lr.Answered, lr.Nodes))
 		}
-		if deleted > 0 || lr.HeldHere {
+		if res.Deleted > 0 || lr.HeldHere {
 			out.Status = "released"
 		}
-		out.DeletedOn += deleted
+		out.DeletedOn += res.Deleted
 		a.logger.Warn("redlock key force-released by operator",
-			zap.String("key", key), zap.String("locker", li.name), zap.Int("deleted_on", deleted),
+			zap.String("key", key), zap.String("locker", li.name), zap.Int("deleted_on", res.Deleted),
 			zap.Int("answered", lr.Answered), zap.Int("nodes", lr.Nodes), zap.Bool("held_here", lr.HeldHere),
 			optInt64("token", lr.Token), zap.String("remote_addr", r.RemoteAddr), clientCert(r), zap.Error(err))
 		out.Lockers = append(out.Lockers, lr)
@@ -403,31 +406,6 @@ func (a *AdminAPI) forceRelease(ctx context.Context, w http.ResponseWriter, r *h
 			Err: fmt.Errorf("force release of %q did not reach a quorum (the key may still be held there until its ttl ends): %s", key, strings.Join(short, "; "))}
 	}
 	return writeJSON(w, http.StatusOK, out)
-}
-
-// nodeFailures counts the failed nodes in a ForceRelease error: it wraps one joined
-// error with an entry per failed node. Any other error counts as one node.
-func nodeFailures(err error) int {
-	for e := err; e != nil; e = errors.Unwrap(e) {
-		if j, ok := e.(interface{ Unwrap() []error }); ok {
-			return len(j.Unwrap())
-		}
-	}
-	if err != nil {
-		return 1
-	}
-	return 0
-}
-
-// errorLines splits a (joined) error into its lines for JSON.
-func errorLines(err error) []string {
-	var out []string
-	for _, l := range strings.Split(err.Error(), "\n") {
-		if l = strings.TrimSpace(l); l != "" {
-			out = append(out, l)
-		}
-	}
-	return out
 }
 
 // clientCert names the client certificate of a remote admin request, if any: with

@@ -92,8 +92,8 @@ func exerciseFeatures(t *testing.T, urls []string, opt Options) {
 		st, err := a.Inspect(ctx, "forced")
 		return err == nil && st.Present == len(urls)
 	})
-	if n, err := a.ForceRelease(ctx, "forced"); err != nil || n != len(urls) {
-		t.Fatalf("ForceRelease = %d, %v", n, err)
+	if n, err := a.ForceRelease(ctx, "forced"); err != nil || n.Deleted != len(urls) {
+		t.Fatalf("ForceRelease = %+v, %v", n, err)
 	}
 	exerciseShared(t, a, b)
 	for _, s := range a.Status().Nodes {

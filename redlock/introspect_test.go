@@ -46,9 +46,14 @@ func TestInspectAndForceRelease(t *testing.T) {
 	// Force release by the holder's own client (the admin API of the instance that holds
 	// it): keys gone everywhere and the local holder is told at once. A holder in another
 	// process learns of it at its next renewal, if someone else has taken the key by then.
-	n, err := holder.ForceRelease(ctx, "inspect")
-	if err != nil || n != 3 {
-		t.Fatalf("force release: %d, %v", n, err)
+	res, err := holder.ForceRelease(ctx, "inspect")
+	if err != nil || res.Deleted != 3 || res.Answered != 3 || len(res.Stopped) != 1 || res.Stopped[0].Key != "inspect" {
+		t.Fatalf("force release: %+v, %v; want deleted on 3, the holder stopped", res, err)
+	}
+	for _, n := range res.Nodes {
+		if !n.Deleted || n.Err != nil || n.Node == "" {
+			t.Fatalf("force release per node: %+v", res.Nodes)
+		}
 	}
 	select {
 	case <-l.done.Done():

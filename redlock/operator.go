@@ -3,7 +3,6 @@ package redlock
 import (
 	"context"
 	"errors"
-	"fmt"
 	"sort"
 	"strings"
 	"time"
@@ -181,46 +180,4 @@ func inspectNode(cctx context.Context, nd *node, nm names, places []names, ours 
 		return kn, get.Val(), pv, nil
 	}
 	return kn, "", pv, nil
-}
-
-// ForceRelease deletes key on every node whoever holds it (an operator override) and
-// marks a lock this client holds on it as lost, so its holder stops. It returns how many
-// nodes had the key.
-func (c *Client) ForceRelease(ctx context.Context, key string) (int, error) {
-	if err := validateKey(key); err != nil {
-		return 0, err
-	}
-	// No local handoff of this key while it is being forced: a lock handed on now would
-	// hold keys about to be deleted. The holder (a handoff done before is registered by
-	// then) is marked lost first. A waiter that then takes the key anew in Redis is not
-	// touched: its SETs came after our deletes or are deleted by them (the narrow race
-	// any operator override has; fencing guards it).
-	c.queues.beginForce(key)
-	defer c.queues.endForce(key)
-	held := c.holders(key)
-	for _, l := range held {
-		l.markLost(LostForceReleased)
-	}
-	nm := c.names(key)
-	forceKeys := []string{nm.lock, nm.writer, nm.readers}
-	for _, s := range c.slotNames(key, MaxLimit) {
-		forceKeys = append(forceKeys, s.lock)
-	}
-	ctx = context.WithoutCancel(ctx)
-	deleted, _, errs := c.onAll(ctx, "force_release", 0, func(cctx context.Context, _ int, nd *node) (bool, error) {
-		n, err := forceReleaseScript.run(cctx, nd.client, forceKeys, nm.channel).Int64()
-		return n > 0, err
-	})
-	// Release the holders marked lost: their renewals stop at once, and compare-and-delete
-	// removes what a renewal in flight may have written back (else a holder draining its
-	// lock would keep renewing the key). Their own Release then finds them released.
-	for _, l := range held {
-		if err := l.Release(ctx); err != nil && !errors.Is(err, ErrReleased) {
-			errs = append(errs, err)
-		}
-	}
-	if len(errs) > 0 {
-		return deleted, fmt.Errorf("redlock: force release %q: %d node(s) failed: %w", key, len(errs), errors.Join(errs...))
-	}
-	return deleted, nil
 }

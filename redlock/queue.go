@@ -26,15 +26,6 @@ type queues struct {
 	forced             map[string]forceMark
 }
 
-type forceMark struct {
-	seq uint64
-	at  time.Time
-}
-
-// forcedMemory is how long a force release is remembered for forcedSince: far longer
-// than an acquire round (a node timeout, or two with fencing).
-const forcedMemory = time.Minute
-
 type keyQueue struct {
 	key       string
 	turnTaken bool     // a caller owns the turn
@@ -60,60 +51,6 @@ type waiter struct {
 
 func newQueues() *queues {
 	return &queues{m: map[string]*keyQueue{}, forcing: map[string]int{}, forced: map[string]forceMark{}}
-}
-
-// beginForce and endForce bracket a force release of key (see Client.ForceRelease).
-func (qs *queues) beginForce(key string) {
-	qs.mu.Lock()
-	defer qs.mu.Unlock()
-	qs.forcing[key]++
-	qs.forcingN.Add(1)
-	seq := qs.forceSeq.Add(1)
-	now := time.Now()
-	for k, m := range qs.forced {
-		if now.Sub(m.at) > forcedMemory {
-			delete(qs.forced, k)
-		}
-	}
-	qs.forced[key] = forceMark{seq: seq, at: now}
-}
-
-// forceNow returns the force sequence number now, for forcedSince. A force release of
-// key under way counts as one that begins later: its deletes may still come.
-func (qs *queues) forceNow(key string) uint64 {
-	if qs.forcingN.Load() == 0 {
-		return qs.forceSeq.Load() // a force beginning now gets a larger number
-	}
-	qs.mu.Lock()
-	defer qs.mu.Unlock()
-	if qs.forcing[key] > 0 {
-		return qs.forced[key].seq - 1
-	}
-	return qs.forceSeq.Load()
-}
-
-// forcedSince reports whether a force release of key began after seq (forceNow).
-func (qs *queues) forcedSince(key string, seq uint64) bool {
-	if qs.forceSeq.Load() <= seq {
-		return false // no force release of any key began since
-	}
-	qs.mu.Lock()
-	defer qs.mu.Unlock()
-	return qs.forcedSinceLocked(key, seq)
-}
-
-func (qs *queues) forcedSinceLocked(key string, seq uint64) bool {
-	m, ok := qs.forced[key]
-	return ok && m.seq > seq
-}
-
-func (qs *queues) endForce(key string) {
-	qs.mu.Lock()
-	if qs.forcing[key]--; qs.forcing[key] <= 0 {
-		delete(qs.forcing, key)
-	}
-	qs.forcingN.Add(^uint64(0))
-	qs.mu.Unlock()
 }
 
 // turn waits for the key's turn. On success the caller owns the turn and must give it

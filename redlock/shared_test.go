@@ -257,9 +257,9 @@ func TestSharedForceRelease(t *testing.T) {
 		}
 		return true
 	})
-	n, err := c.ForceRelease(context.Background(), "doc")
-	if err != nil || n != 3 {
-		t.Fatalf("force release: %d nodes, %v", n, err)
+	res, err := c.ForceRelease(context.Background(), "doc")
+	if err != nil || res.Deleted != 3 {
+		t.Fatalf("force release: %+v, %v", res, err)
 	}
 	_ = r3 // another client's reader: it learns of the loss at its next renewal
 	for _, l := range []*Lock{r1, r2} {
