@@ -3,6 +3,7 @@ package redlock
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"log/slog"
 	"strings"
 	"testing"
@@ -44,6 +45,12 @@ func misconfigured(t *testing.T, urls []string, opt Options, acquire AcquireOpti
 		for _, s := range c.Status().Nodes {
 			if s.Up || !strings.Contains(s.LastError, want) {
 				return false
+			}
+		}
+		// Every one of these is the operator's to fix, and says so by its type.
+		for _, s := range c.Status().Nodes {
+			if ce, ok := errors.AsType[*ConfigError](s.LastErr); !ok || ce.Kind == "" || ce.Hint == "" {
+				t.Fatalf("node %s: last error %v is no *ConfigError with a kind", s.Address, s.LastErr)
 			}
 		}
 		return logs.FilterMessage("redis node unusable").FilterFieldKey("node").Len() >= len(urls)

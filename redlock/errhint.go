@@ -68,34 +68,48 @@ func (e errorHints) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pr
 	}
 }
 
-// hintedError is a Redis or connection error with what to check to fix it.
-type hintedError struct {
-	hint string
-	err  error
+// ConfigError is a node error only the operator can fix: a TLS failure, an ACL refusal or
+// refused credentials, with what to check (Hint). The error from Redis or the connection
+// stays reachable with errors.Unwrap / errors.As. A node with one is unusable, not down
+// (NodeStatus.LastErr; the permission probe, probe.go).
+type ConfigError struct {
+	Kind ConfigErrorKind
+	Hint string
+	Err  error
 }
 
-func (e *hintedError) Error() string { return e.hint + ": " + e.err.Error() }
-func (e *hintedError) Unwrap() error { return e.err }
+// ConfigErrorKind says which part of a deployment is wrong.
+type ConfigErrorKind string
+
+// The kinds of ConfigError.
+const (
+	ConfigTLS  ConfigErrorKind = "tls"  // the handshake failed: CA, name, client certificate, plain port
+	ConfigACL  ConfigErrorKind = "acl"  // the user may not run a command, or use a key or channel
+	ConfigAuth ConfigErrorKind = "auth" // the credentials were refused (WRONGPASS, NOAUTH)
+)
+
+func (e *ConfigError) Error() string { return e.Hint + ": " + e.Err.Error() }
+func (e *ConfigError) Unwrap() error { return e.Err }
 
 // hintFor returns err with a hint, or nil when there is nothing to add.
 func (e errorHints) hintFor(cmd redis.Cmder, err error) error {
 	if err == nil || errors.Is(err, redis.Nil) {
 		return nil
 	}
-	var he *hintedError
-	if errors.As(err, &he) {
+	if _, ok := errors.AsType[*ConfigError](err); ok {
 		return nil // hinted already (OnConnect's error passes the hook twice)
 	}
 	if h := tlsHint(err, e.tls); h != "" {
-		return &hintedError{hint: h, err: err}
+		return &ConfigError{Kind: ConfigTLS, Hint: h, Err: err}
 	}
 	if h := aclHint(cmd, err); h != "" {
-		return &hintedError{hint: h, err: err}
+		return &ConfigError{Kind: ConfigACL, Hint: h, Err: err}
+	}
+	if msg := err.Error(); strings.HasPrefix(msg, "WRONGPASS") || strings.HasPrefix(msg, "NOAUTH") {
+		return &ConfigError{Kind: ConfigAuth, Hint: "redis auth: the node refused the credentials (user and password in the node URL)", Err: err}
 	}
 	return nil
 }
-
-// TLS hints start with "TLS: " and hold no other ": " (problemKey relies on it).
 
 // hintClientCert is one text for the ways a refused client certificate shows (an alert
 // or a reset, depending on timing), so a node's problem is logged once, not per variant.

@@ -57,7 +57,11 @@ func (n *node) reportHealth() {
 	n.health = healthReport{reported: true, up: up}
 	switch {
 	case !up && (!prev.reported || prev.up):
-		ho.NodeDown(n.addr, problem)
+		msg := ""
+		if problem != nil {
+			msg = problem.Error()
+		}
+		ho.NodeDown(n.addr, msg)
 	case up && prev.reported && !prev.up:
 		ho.NodeUp(n.addr)
 	}

@@ -45,7 +45,7 @@ type node struct {
 	up          bool
 	checked     bool
 	lastRTT     time.Duration
-	lastErr     string
+	lastErr     error
 	lastErrAt   time.Time
 	lastCheck   time.Time
 	runID       string
@@ -64,6 +64,9 @@ type NodeStatus struct {
 	Checked   bool          // it has been checked at least once
 	LastRTT   time.Duration // of the last health check
 	LastError string        // the last failure, if any
+	// LastErr is that failure as an error: a *ConfigError (errors.As) when only the
+	// operator can fix it (TLS, ACL, credentials), else a node that is down or slow.
+	LastErr error
 	// LastErrorAt and LastCheck are when the last failure and the last health check were.
 	LastErrorAt, LastCheck time.Time
 	RunID                  string    // the server's run_id: a change means a restart
@@ -310,7 +313,7 @@ func (n *node) record(op string, rtt time.Duration, err error) {
 	}
 	n.mu.Lock()
 	n.errors++
-	n.lastErr = err.Error()
+	n.lastErr = err
 	n.lastErrAt = time.Now()
 	n.mu.Unlock()
 }
@@ -318,10 +321,13 @@ func (n *node) record(op string, rtt time.Duration, err error) {
 func (n *node) status() NodeStatus {
 	n.mu.Lock()
 	s := NodeStatus{
-		Address: n.addr, Up: n.up, Checked: n.checked, LastRTT: n.lastRTT, LastError: n.lastErr,
+		Address: n.addr, Up: n.up, Checked: n.checked, LastRTT: n.lastRTT, LastErr: n.lastErr,
 		LastErrorAt: n.lastErrAt, LastCheck: n.lastCheck, RunID: n.runID, Errors: n.errors, Marker: n.marker != "",
 	}
 	n.mu.Unlock()
+	if s.LastErr != nil {
+		s.LastError = s.LastErr.Error()
+	}
 	s.QuarantinedUntil, s.QuarantineCause = n.quarantine(time.Now())
 	s.Votes = s.Up && s.QuarantinedUntil.IsZero()
 	return s

@@ -2,6 +2,7 @@ package redlock
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -89,10 +90,14 @@ func (n *node) probe(ctx context.Context, timeout time.Duration) error {
 		return fmt.Errorf("permission probe: %w", err)
 	}
 	if len(missing) > 0 {
-		return fmt.Errorf("redis ACL: the user may not run %s on keys or channels under the prefix; grant the ACL SETUSER line in docs/connecting.md (%s)",
-			strings.Join(missing, ", "), strings.Join(details, "; "))
+		return &ConfigError{Kind: ConfigACL, Err: errors.New(strings.Join(details, "; ")),
+			Hint: fmt.Sprintf("redis ACL: the user may not run %s on keys or channels under the prefix; grant the ACL SETUSER line in docs/connecting.md",
+				strings.Join(missing, ", "))}
 	}
 	if err := n.probeSubscribe(ctx, name); err != nil {
+		if strings.HasPrefix(err.Error(), "NOPERM") { // Redis's refusal (subscriptions bypass the hint hook)
+			err = &ConfigError{Kind: ConfigACL, Hint: "redis ACL: the user may not subscribe to channels under the prefix; grant &<prefix>*", Err: err}
+		}
 		return fmt.Errorf("permission probe: SUBSCRIBE (release notices): %w", err)
 	}
 	return nil
@@ -130,10 +135,10 @@ func (n *node) afterCheck(ctx context.Context, timeout time.Duration) {
 	p.mu.Lock()
 	passed := p.passed
 	p.mu.Unlock()
-	problem := ""
+	var problem error
 	if !st.Up {
-		if configProblem(st.LastError) {
-			problem = st.LastError
+		if configProblem(st.LastErr) {
+			problem = st.LastErr
 		}
 		p.mu.Lock() // probe again once it answers: it may be another server now
 		p.passed = false
@@ -143,17 +148,17 @@ func (n *node) afterCheck(ctx context.Context, timeout time.Duration) {
 		if ctx.Err() != nil {
 			return // closing
 		}
-		if err != nil && !configProblem(err.Error()) {
+		if err != nil && !configProblem(err) {
 			return // slow or unreachable: not a verdict on permissions; probe again next check
 		}
 		if err != nil {
 			// Not through record: the Observer would count a node that answers INFO
 			// as failing and recovering at every check.
-			problem = err.Error()
+			problem = err
 			n.mu.Lock()
 			n.up = false
 			n.errors++
-			n.lastErr, n.lastErrAt = problem, time.Now()
+			n.lastErr, n.lastErrAt = err, time.Now()
 			n.mu.Unlock()
 		}
 		p.mu.Lock()
@@ -165,42 +170,40 @@ func (n *node) afterCheck(ctx context.Context, timeout time.Duration) {
 	p.mu.Lock()
 	prev := p.logged
 	p.logged = key
-	warn := problem != "" && (prev == "" || key != prev && now.Sub(p.loggedAt) >= relogAfter)
+	warn := problem != nil && (prev == "" || key != prev && now.Sub(p.loggedAt) >= relogAfter)
 	if warn {
 		p.loggedAt = now
 	}
 	p.mu.Unlock()
 	switch {
 	case warn:
-		n.c.opt.Logger.Warn("redis node unusable", slog.String("node", n.addr), slog.String("error", problem))
-	case problem == "" && prev != "":
+		n.c.opt.Logger.Warn("redis node unusable", slog.String("node", n.addr), slog.String("error", problem.Error()))
+	case problem == nil && prev != "":
 		n.c.opt.Logger.Info("redis node usable again", slog.String("node", n.addr))
 	}
 }
 
-// problemKey is what makes two problems the same for logging: a TLS problem's hint (the
-// error under it varies with timing), else the message without its numbers (errors
-// carry ephemeral ports and timings).
-func problemKey(problem string) string {
-	if i := strings.Index(problem, "TLS: "); i >= 0 {
-		hint, _, _ := strings.Cut(problem[i+len("TLS: "):], ": ")
-		return hint
+// problemKey is what makes two problems the same for logging: a configuration problem's
+// kind and hint (the wrapped error may differ by connection: a reset or an alert), else
+// the message without digits (ports, counts).
+func problemKey(problem error) string {
+	if problem == nil {
+		return ""
+	}
+	if ce, ok := errors.AsType[*ConfigError](problem); ok {
+		return string(ce.Kind) + ": " + ce.Hint
 	}
 	return strings.Map(func(r rune) rune {
 		if r >= '0' && r <= '9' {
 			return -1
 		}
 		return r
-	}, problem)
+	}, problem.Error())
 }
 
 // configProblem tells a deployment mistake, which only the operator can fix, from a node
-// that is down or slow: TLS and ACL errors (hinted, errhint.go) and refused credentials.
-func configProblem(msg string) bool {
-	for _, p := range []string{"TLS: ", "redis ACL: "} {
-		if strings.Contains(msg, p) {
-			return true
-		}
-	}
-	return strings.Contains(msg, "WRONGPASS") || strings.Contains(msg, "NOAUTH") || strings.Contains(msg, "NOPERM")
+// that is down or slow: a *ConfigError (errhint.go).
+func configProblem(err error) bool {
+	_, ok := errors.AsType[*ConfigError](err)
+	return ok
 }
