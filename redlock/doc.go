@@ -11,6 +11,44 @@
 //	defer cancel()
 //	err = work(ctx, l.Token())
 //
+// # Map of the package
+//
+// Where each rule lives (one home each):
+//
+//	client.go, options.go        Client, Options and their defaults and ranges; Close
+//	acquire.go, round.go         Acquire: the local line, then rounds on all nodes; a round's tally
+//	mode.go, handoff.go          what a lock was asked for; handing a released lock to a local waiter
+//	queue.go                     the local line per key: who owns the key's turn, who waits
+//	lock.go, renew.go            a held lock: validity, Context, Release, HandOver; batched renewals
+//	limit.go, multi.go           limit n (places), several keys (AcquireAll)
+//	readgroup.go                 shared readers of one client sharing one entry
+//	fencing.go                   fencing tokens in one round trip
+//	voting.go, dataloss.go       which nodes vote (quarantineOf, a pure function); data-loss marker
+//	force.go                     force release and its bookkeeping
+//	operator.go                  Status and Inspect: what operators read
+//	node.go, connect.go          one node: URL (CheckNodeURL), client, health, run_id, marker
+//	nodes_call.go, batcher.go    sending one command to every node; pipelining per node
+//	notify.go                    release notices (pub/sub) for waiters
+//	scripts.go, digest.go        the Lua scripts; their digests, computed by Redis
+//	errhint.go, probe.go         ConfigError and its hints; the permission probe
+//	errors.go, names.go          the error types; the names of everything in Redis
+//
+// A lock's life: a round takes it (provisional: its Acquire has not kept it yet, and
+// owns the key's turn meanwhile), Acquire keeps it (held: renewed by KeepAlive, watched
+// through Context), and it ends released (Release, or HandOver to a local waiter, which
+// gets a new provisional Lock for the same value in Redis) or lost (a *LostError:
+// expired, taken, vanished, max_hold, force released; then released). The key's turn in
+// the local line passes to the next waiter exactly once per holder: with a handed lock,
+// or by done when the lock is released in Redis (a provisional lock released by a force
+// release leaves the turn with its Acquire).
+//
+// Lock order: a goroutine holding one of these mutexes takes only those listed after it,
+// never one before. readGroups.mu, then queues.mu, then notifier.mu (a line's release
+// notices); queues.mu and readGroups.mu, then Client.heldMu and Lock.mu; renewer.mu, then
+// Lock.mu; Client.shutMu, then heldMu and bgMu. Lock.mu, heldMu, node.mu, probeState.mu,
+// batcher.mu and round.mu are leaves: nothing is taken under them (a Lock's context is
+// cancelled under Lock.mu, and context.AfterFunc callbacks run on their own goroutines).
+//
 // # Protocol
 //
 // Acquire sends one command (a plain SET key value NX PX ttl on a first try, else a script
