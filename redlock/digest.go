@@ -14,7 +14,7 @@ import (
 // in Go at package init, which panics in a binary run with GODEBUG=fips140=only (SHA-1 is
 // not a FIPS 140 approved hash): every Caddy built with this plugin would refuse to start,
 // even `caddy version`. go-redis's NewScriptServerSHA asks SCRIPT LOAD instead, but the
-// README's ACL line grants EVAL and EVALSHA, not SCRIPT LOAD (an ACL user would then pay
+// ACL line in docs/connecting.md grants EVAL and EVALSHA, not SCRIPT LOAD (an ACL user would then pay
 // a refused SCRIPT LOAD and an EVAL on every call).
 //
 // So the digests come from Lua's redis.sha1hex, through EVAL, which the ACL line grants:

@@ -130,12 +130,12 @@
 // backward steps alike), so a <= s + skew + lead + K (tokens
 // stay within lead + K of the clocks, above; the single steps beyond are overtaken by
 // the clocks well within E, during which the key saw no grant). So b > a whenever
-// skew < E - 2 x lead - K, which the README's condition (skew < quarantine - 2 x lead - K)
+// skew < E - 2 x lead - K, which the condition in docs/safety.md (skew < quarantine - 2 x lead - K)
 // already implies, with a whole quarantine to spare: the expiry never is the weaker
 // guard. A lock held longer than E (renewals do not touch the counter) changes nothing:
 // B's grant still follows A's release, and s still follows a. Restarts and clock steps
 // of x are covered as for the restart case; clients with different max_ttl write
-// different E, each long enough by its own quarantine (the README asks for one max_ttl).
+// different E, each long enough by its own quarantine (docs/safety.md asks for one max_ttl).
 //
 // # Restart quarantine across clients
 //
