@@ -219,7 +219,7 @@ func TestJSONErrors(t *testing.T) {
 		want string
 	}{
 		{func(h *Handler) { h.Redis = nil }, "redis: at least one node URL is required"},
-		{func(h *Handler) { h.Redis = []string{""} }, "redis: empty node URL"},
+		{func(h *Handler) { h.Redis = []string{""} }, "empty node URL"},
 		{func(h *Handler) { h.TTL = -1 }, "ttl: must be > 0"},
 		{func(h *Handler) { h.NodeTimeout = -1 }, "node_timeout: must be > 0"},
 		{func(h *Handler) { h.DriftFactor = 0.7 }, "drift_factor: must be > 0 and < 0.5"},

@@ -78,7 +78,16 @@ func TestInspectAndForceRelease(t *testing.T) {
 func TestNodesReportHealth(t *testing.T) {
 	servers := redistest.StartN(t, 3)
 	c := newTestClient(t, servers, fastOptions())
-	waitRunIDs(t, c)
+	// The run_id comes with each connection, Up and LastRTT with the first health check:
+	// wait for that check, not for the run_ids.
+	eventually(t, "every node checked", func() bool {
+		for _, s := range c.Status().Nodes {
+			if !s.Checked {
+				return false
+			}
+		}
+		return true
+	})
 	for _, s := range c.Status().Nodes {
 		if !s.Up || s.LastRTT <= 0 {
 			t.Fatalf("node not up: %+v", s)
