@@ -80,10 +80,11 @@ type keyLedger struct {
 	// Fencing: the largest token of every holder that entered so far, by kind. Holders
 	// that exclude each other enter in the order they got the key (else the checks above
 	// would have found them inside together), so each must be above those before it.
-	maxExclusive int64  // exclusive holders (readers and writers must be above it)
-	maxAny       int64  // exclusive and shared holders (writers must be above it)
-	maxExclBy    string // who got maxExclusive, and maxAny (for the report)
-	maxAnyBy     string
+	maxExclusive int64         // exclusive holders (readers and writers must be above it)
+	maxAny       int64         // exclusive and shared holders (writers must be above it)
+	maxExclBy    *stressHolder // who got maxExclusive, and maxAny
+	maxAnyBy     *stressHolder
+	maxPlaceBy   map[string]*stressHolder
 	maxPlace     map[string]int64 // per place of the limited key
 	limitTokens  map[int64]string // the limited key's tokens: distinct (doc.go, "Limited keys")
 }
@@ -96,7 +97,7 @@ type stressLedger struct {
 	violations int
 	reported   map[[2]*stressHolder]bool // pairs (and, with nil, limit counts) reported once
 	lastFault  func() string             // what the fault injector did last, for the report
-	// lossWindow says why an overlap whose later holder is h falls in a gap the package
+	// lossWindow says why an overlap with holder h falls in a gap the package
 	// documents (dataloss.go: a flushed node votes until the client's next health check
 	// sees the loss), "" if it does not. Those are counted and logged apart (windowed).
 	lossWindow func(h *stressHolder) string
@@ -111,7 +112,7 @@ func newStressLedger(t testing.TB, lastFault func() string, lossWindow func(*str
 func (g *stressLedger) key(k string) *keyLedger {
 	kl := g.keys[k]
 	if kl == nil {
-		kl = &keyLedger{inside: map[*stressHolder]struct{}{}, maxPlace: map[string]int64{}, limitTokens: map[int64]string{}}
+		kl = &keyLedger{inside: map[*stressHolder]struct{}{}, maxPlace: map[string]int64{}, maxPlaceBy: map[string]*stressHolder{}, limitTokens: map[int64]string{}}
 		g.keys[k] = kl
 	}
 	return kl
@@ -126,10 +127,17 @@ func (g *stressLedger) violation(format string, args ...any) {
 	}
 }
 
-// overlap reports two holders inside together (or too many of a limited key), later the
-// one that entered last: a violation, unless it got its lock in a documented window.
-func (g *stressLedger) overlap(later *stressHolder, format string, args ...any) {
-	why := g.lossWindow(later)
+// overlap reports two holders inside together (or too many of a limited key, or a token
+// out of order): a violation, unless one of them got its lock in a documented window
+// (either may be that one: a lock of an AcquireAll enters only when the whole set is
+// taken, possibly after a holder that took the key from under it).
+func (g *stressLedger) overlap(hs []*stressHolder, format string, args ...any) {
+	why := ""
+	for _, h := range hs {
+		if why == "" && h != nil {
+			why = g.lossWindow(h)
+		}
+	}
 	if why == "" {
 		g.violation(format, args...)
 		return
@@ -155,27 +163,29 @@ func (g *stressLedger) enter(h *stressHolder) bool {
 		switch h.kind {
 		case kindExclusive:
 			if h.token <= kl.maxAny {
-				g.violation("TOKEN ORDER on %q: %s got token %d, not above %d of an earlier holder: %s", h.l.key, h, h.token, kl.maxAny, kl.maxAnyBy)
+				g.overlap([]*stressHolder{h, kl.maxAnyBy}, "TOKEN ORDER on %q: %s got token %d, not above %d of an earlier holder: %s", h.l.key, h, h.token, kl.maxAny, kl.maxAnyBy)
 			}
 		case kindShared:
 			if h.token <= kl.maxExclusive {
-				g.violation("TOKEN ORDER on %q: %s got token %d, not above %d of an earlier writer: %s", h.l.key, h, h.token, kl.maxExclusive, kl.maxExclBy)
+				g.overlap([]*stressHolder{h, kl.maxExclBy}, "TOKEN ORDER on %q: %s got token %d, not above %d of an earlier writer: %s", h.l.key, h, h.token, kl.maxExclusive, kl.maxExclBy)
 			}
 		case kindLimit:
 			if h.token <= kl.maxPlace[h.place] {
-				g.violation("TOKEN ORDER on %q: %s got token %d, not above %d of the place's earlier holder", h.l.key, h, h.token, kl.maxPlace[h.place])
+				g.overlap([]*stressHolder{h, kl.maxPlaceBy[h.place]}, "TOKEN ORDER on %q: %s got token %d, not above %d of the place's earlier holder: %s", h.l.key, h, h.token, kl.maxPlace[h.place], kl.maxPlaceBy[h.place])
 			}
 			if other, dup := kl.limitTokens[h.token]; dup {
 				g.violation("TOKEN DISTINCT on limited %q: %s got token %d, already given to %s", h.l.key, h, h.token, other)
 			}
 			kl.limitTokens[h.token] = h.who
-			kl.maxPlace[h.place] = max(kl.maxPlace[h.place], h.token)
+			if h.token > kl.maxPlace[h.place] {
+				kl.maxPlace[h.place], kl.maxPlaceBy[h.place] = h.token, h
+			}
 		}
 		if h.kind != kindLimit && h.token > kl.maxAny {
-			kl.maxAny, kl.maxAnyBy = h.token, h.String()
+			kl.maxAny, kl.maxAnyBy = h.token, h
 		}
 		if h.kind == kindExclusive && h.token > kl.maxExclusive {
-			kl.maxExclusive, kl.maxExclBy = h.token, h.String()
+			kl.maxExclusive, kl.maxExclBy = h.token, h
 		}
 	}
 	kl.inside[h] = struct{}{}
@@ -211,27 +221,21 @@ func (g *stressLedger) sweep() {
 
 // checkAgainst checks h (valid, or just judged so) against the holders of kl other than h.
 func (g *stressLedger) checkAgainst(kl *keyLedger, h *stressHolder) {
-	places, latest := 0, h
+	places, limits := 0, []*stressHolder{h}
 	for o := range kl.inside {
 		if o == h || o.l.validity() <= 0 {
 			continue
 		}
 		if conflicts(h, o) && g.once(h, o) {
-			later := h
-			if o.entered.After(h.entered) {
-				later = o
-			}
-			g.overlap(later, "TWO HOLDERS of %q: %s is inside while %s is", h.l.key, h, o)
+			g.overlap([]*stressHolder{h, o}, "TWO HOLDERS of %q: %s is inside while %s is", h.l.key, h, o)
 		}
 		if h.kind == kindLimit && o.kind == kindLimit {
 			places++
-			if o.entered.After(latest.entered) {
-				latest = o
-			}
+			limits = append(limits, o)
 		}
 	}
 	if h.kind == kindLimit && places+1 > h.limit && g.once(h, nil) {
-		g.overlap(latest, "LIMIT on %q: %s makes %d holders inside, limit %d", h.l.key, h, places+1, h.limit)
+		g.overlap(limits, "LIMIT on %q: %s makes %d holders inside, limit %d", h.l.key, h, places+1, h.limit)
 	}
 }
 
