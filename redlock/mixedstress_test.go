@@ -256,8 +256,9 @@ func stressRoles(ttl time.Duration) []stressRole {
 		{name: "excl2", kind: kindExclusive, maxHold: 2 * time.Millisecond, handOff: true, wait: 3 * time.Second},
 		{name: "excl-fence1", kind: kindExclusive, fencing: true, maxHold: 2 * time.Millisecond, handOff: true, wait: 3 * time.Second},
 		{name: "excl-fence2", kind: kindExclusive, fencing: true, maxHold: 2 * time.Millisecond, handOff: true, wait: 3 * time.Second},
-		// Longer than a renewal interval: KeepAlive, and handed locks continue its schedule.
-		{name: "excl-long", rest: 300 * time.Millisecond, kind: kindExclusive, fencing: true, maxHold: ttl * 2 / 3, handOff: true, wait: 3 * time.Second, first: true},
+		// Longer than a renewal interval (KeepAlive; handed locks continue its schedule),
+		// up to longer than the ttl: a majority pause then loses it, and it must notice.
+		{name: "excl-long", rest: 300 * time.Millisecond, kind: kindExclusive, fencing: true, maxHold: 2 * ttl, handOff: true, wait: 3 * time.Second, first: true},
 		{name: "shared1", kind: kindShared, maxHold: 3 * time.Millisecond, wait: 3 * time.Second},
 		{name: "shared-fence", kind: kindShared, fencing: true, maxHold: 3 * time.Millisecond, wait: 3 * time.Second},
 		{name: "shared-long", rest: 300 * time.Millisecond, kind: kindShared, maxHold: ttl / 2, wait: 3 * time.Second, first: true},
@@ -303,6 +304,8 @@ func (r stressRole) run(ctx context.Context, t *testing.T, c *Client, who string
 			continue
 		case isUnavailable(err):
 			counts.unavailable.Add(1)
+			// No quorum (a majority paused or quarantined): it fails at once, so do not spin.
+			time.Sleep(time.Duration(10+rand.IntN(40)) * time.Millisecond)
 			continue
 		case err != nil:
 			t.Errorf("%s: acquire: %v", who, err)
