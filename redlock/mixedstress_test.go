@@ -409,7 +409,7 @@ func (r stressRole) checkMode(t *testing.T, h *stressHolder) {
 	var bad string
 	switch r.kind {
 	case kindLimit:
-		h.limit = m.limit
+		h.limit = stressLimit // what was asked: a wrong lock is judged against it
 		h.place = l.nm.lock
 		if m.limit != stressLimit || !strings.Contains(l.nm.lock, slotSuffix) || plain {
 			bad = "not a place of the limited key"
