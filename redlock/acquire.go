@@ -212,16 +212,12 @@ func (k *contention) run() (*Lock, error) {
 // wait allows another round at once; else the round's result says why not.
 func (k *contention) try(attempt int) (l *Lock, res attemptResult, retry bool) {
 	c := k.c
-	// A first try with a wait ahead can be a plain SET NX PX (see tryOnce). Its busy
-	// replies carry no PTTL: were the wait to run out during that very try, the
-	// BusyError's RetryAfter is 0 (Retry-After: 1); with wait 0 the script runs.
-	plain := attempt == 1 && !k.fencing && !k.slots[0].shared && k.waitCtx.Err() == nil
 	forces := c.queues.forceNow(k.key)
 	mark := c.writerMarkTTL()
 	if k.waitCtx.Err() != nil {
 		mark = 0 // no try after this one: do not hold readers back
 	}
-	got, res := c.trySlots(k.ctx, k.slots, try{owner: k.owner, n: attempt, ttl: k.ttl, fencing: k.fencing, plain: plain, mark: mark})
+	got, res := c.trySlots(k.ctx, k.slots, try{owner: k.owner, n: attempt, ttl: k.ttl, fencing: k.fencing, mark: mark})
 	if res.validity <= 0 {
 		return nil, res, res.closed // closed: run says ErrClosed
 	}
@@ -375,7 +371,8 @@ type nodeReply struct {
 	ok       bool
 	busy     bool
 	token    int64
-	reserved bool // with fencing: the node keeps token + the handoff reserve
+	reserved bool   // with fencing: the node keeps token + the handoff reserve
+	marker   string // a grant's reading of the node's data marker ("" when it has none)
 	pttl     time.Duration
 	err      error
 }
@@ -399,11 +396,6 @@ type try struct {
 	n       int    // the attempt's number
 	ttl     time.Duration
 	fencing bool
-	// plain sends SET key value NX PX ttl instead of the acquire script: the same outcome
-	// for a first attempt without fencing (there is no earlier attempt to take over, and
-	// no counter), as the standard Redlock SET, at about half the node's CPU of a script
-	// call.
-	plain bool
 	// mark is how long a writer refused by readers marks itself as waiting (shared locks:
 	// writerMarkTTL); 0 for a last try, after which the writer will not wait.
 	mark time.Duration
@@ -465,9 +457,12 @@ func (c *Client) tryOnce(ctx context.Context, nm names, a try) attemptResult {
 func (c *Client) sendRound(ctx context.Context, nm names, a try, start time.Time) *round {
 	rd := newRound(c)
 	value := a.value()
-	script, keys := acquireScript, []string{nm.lock, nm.counter, nm.writer}
+	// The node's data marker comes back with every grant (the last key): a grant from a
+	// node that lost its data since this client last read the marker is no vote
+	// (acquireReply, dataloss.go).
+	script, keys := acquireScript, []string{nm.lock, nm.counter, nm.writer, c.markerKey()}
 	if nm.shared {
-		script, keys = readAcquireScript, []string{nm.lock, nm.counter, nm.writer, nm.readers}
+		script, keys = readAcquireScript, []string{nm.lock, nm.counter, nm.writer, nm.readers, c.markerKey()}
 	}
 	argv := []any{value, a.ttl.Milliseconds(), a.owner, boolArg(a.fencing), c.counterTTL().Milliseconds(), a.n,
 		a.mark.Milliseconds()}
@@ -475,11 +470,6 @@ func (c *Client) sendRound(ctx context.Context, nm names, a try, start time.Time
 		argv = append(argv, c.proposeToken(start), c.tokenLead().Microseconds(), c.handoffReserve(nm))
 	}
 	parse := scriptReply
-	if a.plain {
-		script, keys = nil, nil
-		argv = []any{"set", nm.lock, value, "nx", "px", a.ttl.Milliseconds()}
-		parse = setReply
-	}
 	cmd := newCommand(script, keys, argv...)
 	for i, nd := range c.nodes {
 		// A node that restarted under our eyes gets nothing until its quarantine ends. A
@@ -584,40 +574,42 @@ func acquireReply(i int, nd *node, rep nodeReply) nodeReply {
 	if now := time.Now(); nd.restarted(now) {
 		return nodeReply{idx: i, err: quarantinedErr{nd.quarantinedUntil(now)}}
 	}
-	return rep
-}
-
-// scriptReply reads the acquire script's answer: {1, token, reserved} or {0, PTTL}.
-func scriptReply(cmd *redis.Cmd) nodeReply {
-	r, err := cmd.Int64Slice()
-	var rep nodeReply
-	switch {
-	case err != nil:
-		rep.err = err
-	case len(r) != 2 && len(r) != 3:
-		rep.err = fmt.Errorf("unexpected acquire reply %v", r)
-	case r[0] == 1:
-		rep.ok, rep.token = true, r[1]
-		rep.reserved = len(r) == 3 && r[2] == 1
-	default:
-		rep.busy, rep.pttl = true, time.Duration(r[1])*time.Millisecond
+	// A grant from a node whose marker is gone or changed since this client read it: the
+	// node lost its data (a flush, an eviction) after the last health check. It may have
+	// lost another client's lock too: no vote, and quarantined from now (dataloss.go).
+	if rep.ok && !nd.markerHolds(rep.marker) {
+		return nodeReply{idx: i, err: quarantinedErr{nd.quarantinedUntil(time.Now())}}
 	}
 	return rep
 }
 
-// setReply reads the answer to SET NX PX: OK, or nil when the key is taken.
-func setReply(cmd *redis.Cmd) nodeReply {
-	v, err := cmd.Result()
+// scriptReply reads the acquire script's answer: {1, token, reserved, marker} or
+// {0, PTTL}.
+func scriptReply(cmd *redis.Cmd) nodeReply {
+	r, err := cmd.Slice()
 	var rep nodeReply
-	switch {
-	case err == redis.Nil:
-		rep.busy = true
-	case err != nil:
+	if err != nil {
 		rep.err = err
-	case v == "OK":
-		rep.ok = true
+		return rep
+	}
+	ints := make([]int64, 0, 3)
+	for _, v := range r {
+		if n, ok := v.(int64); ok {
+			ints = append(ints, n)
+		}
+	}
+	switch {
+	case len(r) == 4 && len(ints) == 3 && ints[0] == 1:
+		m, ok := r[3].(string)
+		if !ok {
+			rep.err = fmt.Errorf("unexpected acquire reply %v", r)
+			break
+		}
+		rep.ok, rep.token, rep.reserved, rep.marker = true, ints[1], ints[2] == 1, m
+	case len(r) == 2 && len(ints) == 2 && ints[0] == 0:
+		rep.busy, rep.pttl = true, time.Duration(ints[1])*time.Millisecond
 	default:
-		rep.err = fmt.Errorf("unexpected SET reply %v", v)
+		rep.err = fmt.Errorf("unexpected acquire reply %v", r)
 	}
 	return rep
 }

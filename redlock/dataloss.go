@@ -3,6 +3,7 @@ package redlock
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"strconv"
 	"strings"
 	"time"
@@ -23,10 +24,14 @@ import (
 // for the first time reads the marker's age as it reads INFO's uptime: data that began
 // less than a quarantine ago is young.
 //
-// What it does not cover: a loss between two health checks is seen at the next one (a
-// restart, by contrast, breaks the connections and is seen before the first command on
-// a new one), so a lock taken in that window may count the node's vote; a majority losing
-// data at once (a fresh start; Redlock without persistence cannot survive it).
+// Between two health checks a loss is seen by the acquires themselves: every grant
+// carries the node's marker as the acquire script read it, in the same atomic call
+// (markerLua), and a grant whose marker is gone or changed since this client's last
+// reading is no vote and quarantines the node at once (markerHolds). So a node flushed a
+// moment ago cannot lend its vote to a new holder of a key it forgot. What it does not
+// cover: a majority losing data at once (a fresh start; Redlock without persistence
+// cannot survive it), and a client that never read the node's marker (its first
+// sighting judges the node by the marker's age, as by the uptime).
 
 // markerName follows the prefix directly, like boundName: no lock key is empty.
 const markerName = "\x00data_marker"
@@ -65,4 +70,29 @@ func parseMarker(cmd *redis.Cmd) (marker, error) {
 		}
 	}
 	return m, nil
+}
+
+// markerHolds reports whether a grant's reading of the node's marker (m, "" when absent)
+// is the marker this client last read there. When it is not, the node lost its data
+// since (a flush or an eviction that took the marker with it, or a failover): the loss is
+// seen now, and the grant is no vote. A node whose marker this client has not read yet
+// is judged by its health checks (a first sight: its age, youngness).
+func (n *node) markerHolds(m string) bool {
+	n.mu.Lock()
+	known := n.marker
+	if known == "" || m == known {
+		n.mu.Unlock()
+		return true
+	}
+	// Forget the old reading: the next health check reads the marker anew (re-created by
+	// then, or by it) as a first sight, without seeing this loss a second time.
+	now := time.Now()
+	n.marker, n.lossSeen, n.lossCause = "", now, QuarantineDataLoss
+	n.mu.Unlock()
+	until := now.Add(n.c.quarantine())
+	n.c.opt.Logger.Warn("redis node may have lost its keys; it will not vote until its quarantine ends",
+		slog.String("node", n.addr), slog.String("cause", string(QuarantineDataLoss)),
+		slog.String("seen", "acquire"), slog.Time("quarantined_until", until))
+	n.reportQuarantine(until, QuarantineDataLoss)
+	return false
 }

@@ -51,9 +51,9 @@
 //
 // # Protocol
 //
-// Acquire sends one command (a plain SET key value NX PX ttl on a first try, else a script
-// that also lets a retry take over its own earlier attempt's value) to all nodes at
-// once, each call bounded by node_timeout, and returns as soon as the outcome is known. The
+// Acquire sends one command (the acquire script: SET key value NX PX ttl, which also lets
+// a retry take over its own earlier attempt's value and reads the node's data marker) to
+// all nodes at once, each call bounded by node_timeout, and returns as soon as the outcome is known. The
 // lock is held iff a quorum (N/2+1) granted it and validity = ttl - elapsed - drift > 0, with
 // drift = ttl*drift_factor + 2ms and elapsed read from the monotonic clock. A failed round
 // is released on every node that may hold our value, and the next try waits for a release
@@ -175,11 +175,12 @@
 // time takes the marker's age as it takes the uptime: data begun less than a quarantine
 // ago is young. The rule itself is one pure function of these facts and the time
 // (quarantineOf, voting.go; TestQuarantineOf, TestObserveSeesDataLoss,
-// TestFlushedNodeDoesNotVote). What it cannot see: a loss is noticed at the next health
-// check (HealthInterval), not at once as a restart is (a restart breaks the connections
-// and the new ones read the run_id before their first command), so a lock taken inside
-// that window may count x's vote. Run nodes with maxmemory-policy noeviction, and with
-// AOF where you can.
+// TestFlushedNodeDoesNotVote). Between two health checks the acquires see it themselves:
+// each grant carries x's marker as the acquire script read it, in the same atomic call,
+// and a grant with the marker gone or changed since B's last reading is no vote and
+// quarantines x at once (markerHolds; TestFlushWindowTwoHolders). A grant by x after
+// the loss is therefore never counted by a client that read x's marker before it. Run
+// nodes with maxmemory-policy noeviction, and with AOF where you can.
 //
 // # Waiting
 //

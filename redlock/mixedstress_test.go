@@ -90,9 +90,8 @@ func TestStressMixedModes(t *testing.T) {
 	var lastFault atomic.Pointer[string]
 	none := "none yet"
 	lastFault.Store(&none)
-	var flushes flushLog
 	var faultLog []string // written by the fault injector only, read after it returned
-	ledger := newStressLedger(t, func() string { return *lastFault.Load() }, flushes.window)
+	ledger := newStressLedger(t, func() string { return *lastFault.Load() })
 
 	runCtx, stopWorkers := context.WithCancel(context.Background())
 	defer stopWorkers()
@@ -116,7 +115,7 @@ func TestStressMixedModes(t *testing.T) {
 		}
 	}()
 
-	injectFaults(t, servers, dur, base.TTL, &counts, &flushes, func(s string) {
+	injectFaults(t, servers, dur, base.TTL, &counts, func(s string) {
 		s = time.Now().Format("15:04:05.000000") + " " + s
 		lastFault.Store(&s)
 		faultLog = append(faultLog, s)
@@ -131,15 +130,15 @@ func TestStressMixedModes(t *testing.T) {
 	if n := ledger.left(); n != 0 {
 		t.Errorf("%d holders still recorded inside after every worker stopped", n)
 	}
-	t.Logf("mixed stress %v: holds exclusive %d, shared %d, limit %d, sets %d (%d locks); handed %d; lost %d (+%d before entry); busy %d, unavailable %d; faults: pauses %d, majority pauses %d, restarts %d, flushes %d; violations %d, overlaps in the data-loss window %d",
+	t.Logf("mixed stress %v: holds exclusive %d, shared %d, limit %d, sets %d (%d locks); handed %d; lost %d (+%d before entry); busy %d, unavailable %d; faults: pauses %d, majority pauses %d, restarts %d, flushes %d; violations %d",
 		dur, counts.exclusive.Load(), counts.shared.Load(), counts.limit.Load(), counts.sets.Load(), counts.setLocks.Load(),
 		counts.handed.Load(), counts.lost.Load(), counts.lostBeforeEntry.Load(), counts.busy.Load(), counts.unavailable.Load(),
-		counts.pauses.Load(), counts.majorityPauses.Load(), counts.restarts.Load(), counts.flushes.Load(), ledger.violations, ledger.windowed)
+		counts.pauses.Load(), counts.majorityPauses.Load(), counts.restarts.Load(), counts.flushes.Load(), ledger.violations)
 }
 
 // injectFaults pauses, restarts and flushes nodes, one fault at a time, for dur, and
 // leaves every node running and resumed when it returns.
-func injectFaults(t *testing.T, servers []*redistest.Server, dur, ttl time.Duration, counts *stressCounts, flushes *flushLog, note func(string)) {
+func injectFaults(t *testing.T, servers []*redistest.Server, dur, ttl time.Duration, counts *stressCounts, note func(string)) {
 	defer func() {
 		for _, s := range servers {
 			if err := s.Resume(); err != nil {
@@ -177,7 +176,6 @@ func injectFaults(t *testing.T, servers []*redistest.Server, dur, ttl time.Durat
 			note(fmt.Sprintf("FLUSHALL node %d", i))
 			counts.flushes.Add(1)
 			rc := redis.NewClient(&redis.Options{Addr: s.Addr(), DialTimeout: time.Second, ReadTimeout: time.Second})
-			flushes.add(i)
 			if err := rc.FlushAll(context.Background()).Err(); err != nil {
 				t.Errorf("FLUSHALL: %v", err)
 			}
@@ -193,48 +191,6 @@ func injectFaults(t *testing.T, servers []*redistest.Server, dur, ttl time.Durat
 		}
 		time.Sleep(time.Duration(100+rand.IntN(300)) * time.Millisecond)
 	}
-}
-
-// flushLog records the FLUSHALLs, to tell overlaps in dataloss.go's documented window:
-// a node that lost its data without a restart still votes for a client until that
-// client's next health check reads its data marker.
-type flushLog struct {
-	mu      sync.Mutex
-	flushes []flushRecord
-}
-
-type flushRecord struct {
-	node int
-	at   time.Time // just before FLUSHALL was sent
-}
-
-func (f *flushLog) add(node int) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.flushes = append(f.flushes, flushRecord{node, time.Now()})
-}
-
-// window says whether h's lock was granted after a FLUSHALL of a node whose loss h's
-// client had not seen by then (it saw it after h's round began, or not yet): that node's
-// vote may have counted for h.
-func (f *flushLog) window(h *stressHolder) string {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	roundStart := h.entered
-	if i := h.l.Info(); !i.Handed && i.Renewals == 0 {
-		roundStart = h.l.lastRenewed()
-	}
-	for _, fl := range f.flushes {
-		if h.entered.Before(fl.at) {
-			continue
-		}
-		seen := h.l.c.nodes[fl.node].facts().lossSeen
-		if seen.Before(fl.at) || seen.After(roundStart) {
-			return fmt.Sprintf("node %d flushed at %s, loss seen by %s's client at %s, its round began %s", fl.node,
-				fl.at.Format("05.000000"), h.who, seen.Format("05.000000"), roundStart.Format("05.000000"))
-		}
-	}
-	return ""
 }
 
 // stressRole is one kind of worker; every client runs each.

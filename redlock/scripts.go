@@ -8,7 +8,8 @@ package redlock
 // with a PX expiry, as any standard Redlock client (redsync, node-redlock, redis-py) writes it.
 // Fencing counters and release channels live under other names (see names.go).
 
-// acquireScript: KEYS[1] lock, KEYS[2] fencing counter, KEYS[3] the writer-waiting mark.
+// acquireScript: KEYS[1] lock, KEYS[2] fencing counter, KEYS[3] the writer-waiting mark,
+// KEYS[4] the node's data marker (read for the reply).
 // ARGV[1] value, ARGV[2] ttl ms, ARGV[3] owner prefix, ARGV[4] "1" for fencing, ARGV[5]
 // counter ttl ms, ARGV[6] this attempt's number (the value is owner prefix .. attempt),
 // ARGV[7] how long a writer-waiting mark lives, ms (0: none, the writer will not wait); with fencing ARGV[8] the proposed
@@ -21,7 +22,8 @@ package redlock
 // an earlier round's SET that arrives late (on another connection) would otherwise
 // replace the value a later, granted round holds, and that earlier round's cleanup would
 // then delete it, freeing the node under the holder. Busy returns {0, PTTL}. A free key
-// is taken with SET NX first (one call: the usual case); only a taken one is read.
+// is taken with SET NX first (one call: the usual case); only a taken one is read. Every
+// grant also returns the node's data marker (markerLua, dataloss.go).
 //
 // A key of another type under the lock's name (another client's lock, e.g. Redisson's
 // hash) makes GET fail with WRONGTYPE: pcall turns that into "held by someone else", as
@@ -64,8 +66,15 @@ if ARGV[6] ~= '1' and redis.pcall('GET', KEYS[3]) == ARGV[3] then
   redis.call('DEL', KEYS[3])
 end
 ` + fencingLua + `
-return {1, token, reserved}
+` + markerLua + `
+return {1, token, reserved, m}
 `)
+
+// markerLua reads the node's data marker (the last key, dataloss.go) into m, "" when it
+// has none, for a grant's reply.
+const markerLua = `
+local m = redis.pcall('GET', KEYS[#KEYS])
+if type(m) ~= 'string' then m = '' end`
 
 // fencingLua draws the token of a grant (acquireScript and readAcquireScript; see there):
 // ARGV[4] "1" for fencing, ARGV[5] counter ttl ms, ARGV[8] the proposal, ARGV[9] the
@@ -102,7 +111,7 @@ const (
 
 // readAcquireScript takes the key shared (a reader). KEYS[1] lock, KEYS[2] counter,
 // KEYS[3] writer-waiting mark, KEYS[4] the readers (a sorted set: value -> expiry, ms of
-// the node's clock); ARGV as acquireScript's. Busy, {0, PTTL}, while a writer holds the
+// the node's clock), KEYS[5] the data marker; ARGV and replies as acquireScript's. Busy, {0, PTTL}, while a writer holds the
 // lock name or a writer waits (the mark); else the reader's entry is added with its own
 // expiry and the lock name holds sharedMarker until the last entry expires (so the name
 // and the set lapse together, and a plain SET NX, anyone's, finds the key busy).
@@ -121,7 +130,8 @@ redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', ms)
 redis.call('ZADD', KEYS[4], ms + tonumber(ARGV[2]), ARGV[1])
 ` + readersExpiryLua + `
 ` + fencingLua + `
-return {1, token, reserved}
+` + markerLua + `
+return {1, token, reserved, m}
 `)
 
 // readersExpiryLua gives the lock name (KEYS[1]) and the readers' set (KEYS[4]) the

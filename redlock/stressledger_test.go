@@ -97,16 +97,10 @@ type stressLedger struct {
 	violations int
 	reported   map[[2]*stressHolder]bool // pairs (and, with nil, limit counts) reported once
 	lastFault  func() string             // what the fault injector did last, for the report
-	// lossWindow says why an overlap with holder h falls in a gap the package
-	// documents (dataloss.go: a flushed node votes until the client's next health check
-	// sees the loss), "" if it does not. Those are counted and logged apart (windowed).
-	lossWindow func(h *stressHolder) string
-	windowed   int
 }
 
-func newStressLedger(t testing.TB, lastFault func() string, lossWindow func(*stressHolder) string) *stressLedger {
-	return &stressLedger{t: t, keys: map[string]*keyLedger{}, reported: map[[2]*stressHolder]bool{}, lastFault: lastFault,
-		lossWindow: lossWindow}
+func newStressLedger(t testing.TB, lastFault func() string) *stressLedger {
+	return &stressLedger{t: t, keys: map[string]*keyLedger{}, reported: map[[2]*stressHolder]bool{}, lastFault: lastFault}
 }
 
 func (g *stressLedger) key(k string) *keyLedger {
@@ -128,24 +122,9 @@ func (g *stressLedger) violation(format string, args ...any) {
 }
 
 // overlap reports two holders inside together (or too many of a limited key, or a token
-// out of order): a violation, unless one of them got its lock in a documented window
-// (either may be that one: a lock of an AcquireAll enters only when the whole set is
-// taken, possibly after a holder that took the key from under it).
-func (g *stressLedger) overlap(hs []*stressHolder, format string, args ...any) {
-	why := ""
-	for _, h := range hs {
-		if why == "" && h != nil {
-			why = g.lossWindow(h)
-		}
-	}
-	if why == "" {
-		g.violation(format, args...)
-		return
-	}
-	g.windowed++
-	if g.windowed <= 10 {
-		g.t.Logf("KNOWN WINDOW (%s) at %s: %s", why, time.Now().Format("15:04:05.000000"), fmt.Sprintf(format, args...))
-	}
+// out of order): always a violation.
+func (g *stressLedger) overlap(_ []*stressHolder, format string, args ...any) {
+	g.violation(format, args...)
 }
 
 // enter records h inside and checks it against everyone inside. It reports false, and
