@@ -45,13 +45,13 @@ func TestOvertakeCounts(t *testing.T) {
 }
 
 func TestCmdCount(t *testing.T) {
-	// 2 requests on 5 nodes: a plain SET to acquire, the release script (GET, DEL,
-	// PUBLISH inside) to release; reads: the pipelining depth.
-	c := newCmdCount(map[string]int64{"evalsha": 10, "get": 10, "set": 10, "del": 10, "publish": 10, readsKey: 4}, 2, redlockInner)
-	if c.TopLevel != 10 || c.Calls != 25 || c.Reads != 2 || c.depth() != "5.0" {
+	// 2 requests on 5 nodes: the acquire script (SET, and GET of the data marker, inside)
+	// and the release script (GET, DEL, PUBLISH inside); reads: the pipelining depth.
+	c := newCmdCount(map[string]int64{"evalsha": 20, "get": 20, "set": 10, "del": 10, "publish": 10, readsKey: 4}, 2, redlockInner)
+	if c.TopLevel != 10 || c.Calls != 35 || c.Reads != 2 || c.depth() != "5.0" {
 		t.Fatalf("redlock: %+v", c)
 	}
-	if !strings.HasPrefix(c.short(), "del 5.0, evalsha 5.0, get 5.0") {
+	if !strings.HasPrefix(c.short(), "evalsha 10.0, get 10.0, del 5.0") {
 		t.Fatalf("short = %q", c.short())
 	}
 	c = newCmdCount(map[string]int64{"evalsha": 5, "get": 5, "set": 5, "del": 5}, 1, redsyncInner)

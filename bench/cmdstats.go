@@ -22,14 +22,11 @@ type cmdCount struct {
 }
 
 // Commands that run only inside the Lua scripts of each client (so not over the network).
-// redlock sends SET itself (a first try is a plain SET NX PX) and also runs it inside its
-// scripts (later tries, re-takes, fencing counters): every SET is counted as sent, which
-// errs high where scripts set keys (hot key), never low.
+// Every redlock command is a script call (each try is the acquire script, which reads the
+// node's data marker with its grant: no plain SET NX PX is sent).
 var (
-	redlockInner = map[string]bool{"get": true, "del": true, "publish": true, "pexpire": true, "pttl": true, "time": true}
+	redlockInner = map[string]bool{"get": true, "set": true, "del": true, "publish": true, "pexpire": true, "pttl": true, "time": true}
 	redsyncInner = map[string]bool{"get": true, "del": true, "pexpire": true}
-	// With fencing every acquire is a script: its SETs (the lock, the counter) are inside.
-	redlockFencingInner = map[string]bool{"get": true, "set": true, "del": true, "publish": true, "pexpire": true, "pttl": true, "time": true}
 )
 
 func newCmdCount(delta map[string]int64, requests int, inner map[string]bool) cmdCount {

@@ -18,6 +18,7 @@ import (
 type Client struct {
 	id     string // random; tags this client's release notices
 	opt    Options
+	marker string // the data marker's name (dataloss.go): every acquire round sends it
 	nodes  []*node
 	quorum int
 
@@ -62,7 +63,8 @@ func New(urls []string, opt Options) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("redlock: %w", err)
 	}
-	c := &Client{id: rand.Text(), opt: opt, quorum: len(urls)/2 + 1, held: map[string][]*Lock{}}
+	c := &Client{id: rand.Text(), opt: opt, quorum: len(urls)/2 + 1, held: map[string][]*Lock{},
+		marker: opt.Prefix + markerName}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	seen := map[string]bool{}
 	for _, u := range urls {

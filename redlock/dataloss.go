@@ -36,7 +36,7 @@ import (
 // markerName follows the prefix directly, like boundName: no lock key is empty.
 const markerName = "\x00data_marker"
 
-func (c *Client) markerKey() string { return c.opt.Prefix + markerName }
+func (c *Client) markerKey() string { return c.marker }
 
 // marker is a node's answer to announceScript.
 type marker struct {
