@@ -24,12 +24,7 @@ func TestLateEarlierAttemptCannotTakeOverLaterOne(t *testing.T) {
 	const owner = "OWNERPREFIX:"
 	acquire := func(attempt int) []int64 {
 		t.Helper()
-		r, err := acquireScript.run(ctx, rc, []string{"k", "k\x00fence", "k\x00writer"},
-			owner+strconv.Itoa(attempt), 5000, owner, "0", 60000, attempt, 500).Int64Slice()
-		if err != nil {
-			t.Fatal(err)
-		}
-		return r
+		return runAcquireScript(t, rc, owner, attempt)
 	}
 	if r := acquire(20); r[0] != 1 { // round 20 granted here
 		t.Fatalf("attempt 20 on a free key: %v", r)
@@ -63,12 +58,22 @@ func TestLateEarlierAttemptCannotTakeOverLaterOne(t *testing.T) {
 
 func acquireOther(t *testing.T, rc *redis.Client) []int64 {
 	t.Helper()
-	r, err := acquireScript.run(context.Background(), rc, []string{"k", "k\x00fence", "k\x00writer"},
-		"OTHER:1", 5000, "OTHER:", "0", 60000, 1, 500).Int64Slice()
-	if err != nil {
-		t.Fatal(err)
+	return runAcquireScript(t, rc, "OTHER:", 1)
+}
+
+// runAcquireScript runs the acquire script for owner's attempt on key k and returns
+// {1, token} for a grant, {0, PTTL ms} when busy.
+func runAcquireScript(t *testing.T, rc *redis.Client, owner string, attempt int) []int64 {
+	t.Helper()
+	rep := scriptReply(acquireScript.run(context.Background(), rc, []string{"k", "k\x00fence", "k\x00writer", "\x00data_marker"},
+		owner+strconv.Itoa(attempt), 5000, owner, "0", 60000, attempt, 500))
+	if rep.err != nil {
+		t.Fatal(rep.err)
 	}
-	return r
+	if rep.ok {
+		return []int64{1, rep.token}
+	}
+	return []int64{0, rep.pttl.Milliseconds()}
 }
 
 // A failed round gives its grants back at once, not only after a slow node's reply: the
