@@ -64,6 +64,9 @@ func (c *Client) acquire(ctx context.Context, key string, o AcquireOptions, seve
 			c.abandon(handed)
 		}
 	}
+	if o.Shared {
+		defer c.readers.wait(key)() // a writer's release goes to Redis meanwhile (readgroup.go)
+	}
 	l, err := k.run()
 	if err == nil && queued {
 		l.mu.Lock()
@@ -170,6 +173,10 @@ func (k *contention) run() (*Lock, error) {
 		if c.closed.Load() {
 			return nil, ErrClosed
 		}
+		var wake <-chan struct{}
+		if k.w != nil {
+			wake = k.w.next() // before the try: a notice during it still wakes us
+		}
 		l, res, retry := k.try(attempt)
 		switch {
 		case l != nil:
@@ -203,7 +210,7 @@ func (k *contention) run() (*Lock, error) {
 		if res.minPTTL > 0 && res.minPTTL < delay {
 			delay = res.minPTTL // the holder's key expires sooner than our next try
 		}
-		sleep(k.waitCtx, delay, k.w.C) // or until a release notice
+		sleep(k.waitCtx, delay, wake) // or until a release notice
 	}
 }
 
@@ -325,16 +332,13 @@ func (c *Client) waitSubscribed(ctx context.Context, w *watch) {
 const yieldWait = 5 * time.Millisecond
 
 // yieldTo waits until another client's release notice, or at most yieldWait (or
-// node_timeout when smaller). A notice that came before our own release is stale: drop it.
+// node_timeout when smaller). Notices that came before our own release do not count.
 func (c *Client) yieldTo(ctx context.Context, w *watch) {
-	select {
-	case <-w.C:
-	default:
-	}
+	wake := w.next()
 	t := time.NewTimer(min(yieldWait, c.opt.NodeTimeout))
 	defer t.Stop()
 	select {
-	case <-w.C:
+	case <-wake:
 	case <-t.C:
 	case <-ctx.Done():
 	}

@@ -223,7 +223,11 @@
 // gets the key), and a reader is refused while a mark stands. So the readers present
 // when a writer came finish, no new ones start, and the writer gets the key; readers that
 // came after it wait for its release notice. The mark only delays readers; safety never
-// rests on it. A writer that gives up leaves its mark until it lapses (at most
+// rests on it. Phases (readgroup.go): while readers of a client wait for a key, a
+// writer's release there goes to Redis rather than to that client's next writer, and
+// that writer lets them go first (as for other clients' waiters); one release notice
+// wakes every waiter of a process at once, so the readers that queued behind a writer
+// go in together right after it. A writer that gives up leaves its mark until it lapses (at most
 // writerMarkTTL).
 //
 // Other Redlock clients (redsync, node-redlock) see the marker as somebody's lock: their
@@ -244,8 +248,9 @@
 // and fencing) shares that reader's entry for free (readgroup.go): the entry is held on
 // a quorum at least until the validity of any reader that shares it (each comes from a
 // grant or renewal of that entry), the last reader out releases it, and a group takes
-// joiners only for joinWindow after its entry was taken, so that a waiting writer (whose
-// mark only Redis sees) waits at most that plus the joiners' hold. Joiners share the
+// joiners only for about one round trip after its entry was taken (at most joinWindow)
+// and none while a writer of its client waits, so that a waiting writer (whose mark only
+// Redis sees) waits for the readers inside when it came plus at most that. Joiners share the
 // entry's token. Readers wait for release notices like the head of a line, and this
 // client wakes its own waiters when it releases (it ignores its own notices from Redis).
 // A writer that will not wait (its last try) leaves no mark.

@@ -56,7 +56,8 @@ func (c *Client) handoff(l *Lock, forces uint64) bool {
 // handoffAllowed applies the rules above to l and returns its validity end.
 func (c *Client) handoffAllowed(l *Lock) (until time.Time, ok bool) {
 	limit := c.opt.HandoffLimit
-	if l.q == nil || limit <= 0 || l.streak >= limit || (l.fencing && l.token >= l.tokenMax) {
+	// Readers of this client waiting for the key go next (readgroup.go, phases).
+	if l.q == nil || limit <= 0 || l.streak >= limit || (l.fencing && l.token >= l.tokenMax) || c.readers.readersWait(l.key) {
 		return until, false
 	}
 	l.mu.Lock()

@@ -398,11 +398,12 @@ func (l *Lock) releaseInRedis(ctx context.Context) error {
 	c.unregister(l)
 	// This client ignores its own notices (its line gets the turn directly); its readers
 	// and, behind readers, its writers wait outside that line: wake them here.
-	c.notices.poke(l.nm.channel)
+	c.notices.poke(l.nm.channel, false)
 	// The next local waiter goes after the keys are gone. If the notice reached other
 	// clients' waiters, it lets them go first: else, being closer, it would win every time.
+	// So it does for this client's readers waiting for the key (readgroup.go, phases).
 	if l.q != nil && ownsTurn {
-		c.queues.done(l.q, others)
+		c.queues.done(l.q, others || c.readers.readersWait(l.key))
 	}
 	if len(errs) > len(c.nodes)-c.quorum {
 		return fmt.Errorf("redlock: release %q: %d nodes did not answer (deleted on %d); the rest expires after the ttl: %w",

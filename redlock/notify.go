@@ -24,7 +24,11 @@ type watch struct {
 	n       *notifier
 	channel string
 	refs    int
-	C       chan struct{} // one pending notice at most
+	// gen is closed by the next notice and replaced (guarded by the notifier's mu):
+	// every caller of this process waiting on the key wakes at once (the readers that
+	// queued behind a writer go in together), not one per notice.
+	gen      chan struct{}
+	lastPoke time.Time
 	// ready is closed once enough nodes confirmed the subscription that any majority
 	// overlaps them: a release after that point cannot go unnoticed.
 	ready     chan struct{}
@@ -67,7 +71,7 @@ func (nt *notifier) watch(channel string) *watch {
 		w.refs++
 		return w
 	}
-	w := &watch{n: nt, channel: channel, refs: 1, C: make(chan struct{}, 1), ready: make(chan struct{}),
+	w := &watch{n: nt, channel: channel, refs: 1, gen: make(chan struct{}), ready: make(chan struct{}),
 		confirmed: make([]bool, len(nt.subs))}
 	nt.m[channel] = w
 	for _, s := range nt.subs {
@@ -131,17 +135,36 @@ func (nt *notifier) applyOps(s *nodeSub) {
 	}
 }
 
-// poke wakes whoever of this process watches channel (at most one pending notice).
-func (nt *notifier) poke(channel string) {
+// next returns a channel closed by the next notice: taken before a try, it wakes its
+// caller for a notice that comes during the try too, so none slips past.
+func (w *watch) next() <-chan struct{} {
+	w.n.mu.Lock()
+	defer w.n.mu.Unlock()
+	return w.gen
+}
+
+// noticeEcho is how long after a notice the same release's copies from the other nodes
+// are ignored: one release publishes on every node, and each copy would otherwise send
+// every waiter, just refused, into one more try. A second release that soon is rare, and
+// missing its notice costs a retry delay, never safety.
+const noticeEcho = 2 * time.Millisecond
+
+// poke wakes everyone of this process who watches channel. echo: a notice from Redis,
+// ignored when another one just came (noticeEcho); local pokes always wake.
+func (nt *notifier) poke(channel string, echo bool) {
 	nt.mu.Lock()
+	defer nt.mu.Unlock()
 	w := nt.m[channel]
-	nt.mu.Unlock()
-	if w != nil {
-		select {
-		case w.C <- struct{}{}:
-		default:
-		}
+	if w == nil {
+		return
 	}
+	now := time.Now()
+	if echo && now.Sub(w.lastPoke) < noticeEcho {
+		return
+	}
+	w.lastPoke = now
+	close(w.gen)
+	w.gen = make(chan struct{})
 }
 
 // receive dispatches notices and subscription confirmations from one node.
@@ -152,7 +175,7 @@ func (nt *notifier) receive(s *nodeSub) {
 			if m.Payload == nt.c.id {
 				continue // our own release: Lock.releaseInRedis wakes local waiters (poke)
 			}
-			nt.poke(m.Channel)
+			nt.poke(m.Channel, true)
 		case *redis.Subscription:
 			if m.Kind != "subscribe" {
 				continue

@@ -19,15 +19,23 @@ import (
 // force release marks each of them lost.
 //
 // Writers: a waiting writer's mark is in Redis, and joining does not ask Redis. So a
-// group takes joiners only for joinWindow after its entry was taken; later readers go to
-// Redis (where a writer's mark refuses them) and start a new group. A writer then waits
-// at most joinWindow plus the joiners' own hold for a client's readers to drain.
+// group takes joiners only for about one round trip after its entry was taken (as long
+// as its own acquire round took, at most joinWindow), and none while a writer of this
+// client waits for the key; later readers go to Redis (where a writer's mark refuses
+// them) and start a new group. A writer then waits for the readers inside when it came,
+// plus about a round trip of joiners, not for a fixed window longer than the work.
+//
+// Phases: readers that wait for the key (a writer holds it or waits) are counted per
+// key, and while any does, a writer's release goes to Redis instead of handing the lock
+// to the next writer of this client (handoffAllowed): the waiting readers, woken all at
+// once by the release (notifier.poke), go in together before the next writer, as in a
+// phase-fair reader-writer lock.
 //
 // Fencing: joiners carry the entry's token (readers of one client holding the key
 // together share it).
 
-// joinWindow is how long after its entry was taken a group of readers takes joiners.
-const joinWindow = 100 * time.Millisecond
+// joinWindow caps how long after its entry was taken a group of readers takes joiners.
+const joinWindow = 5 * time.Millisecond
 
 // readGroup is the readers of one client sharing one entry.
 type readGroup struct {
@@ -38,7 +46,8 @@ type readGroup struct {
 	fencing bool
 	token   int64
 	settled <-chan struct{}
-	opened  time.Time // when the entry was taken
+	opened  time.Time     // when the entry was taken
+	window  time.Duration // joiners are taken until opened + window
 	// broken: one of its readers was lost (the entry may be gone: a force release from
 	// another client, a renewal that found it deleted): no more joiners.
 	broken atomic.Bool
@@ -52,18 +61,50 @@ type readGroup struct {
 type readGroups struct {
 	mu sync.Mutex
 	m  map[string]*readGroup
+	// waiting counts, per key, the readers of this client contending in Redis.
+	waiting map[string]int
+}
+
+// wait counts a reader contending for key in Redis until the returned func is called.
+func (rg *readGroups) wait(key string) (done func()) {
+	rg.mu.Lock()
+	defer rg.mu.Unlock()
+	if rg.waiting == nil {
+		rg.waiting = map[string]int{}
+	}
+	rg.waiting[key]++
+	return func() {
+		rg.mu.Lock()
+		defer rg.mu.Unlock()
+		if rg.waiting[key]--; rg.waiting[key] <= 0 {
+			delete(rg.waiting, key)
+		}
+	}
+}
+
+// readersWait reports whether readers of this client contend for key in Redis: a
+// writer's lock then is not handed to the next writer (phases, above).
+func (rg *readGroups) readersWait(key string) bool {
+	rg.mu.Lock()
+	defer rg.mu.Unlock()
+	return rg.waiting[key] > 0
 }
 
 // open makes l, a reader just taken in Redis, the head of a new group for its key.
 func (rg *readGroups) open(l *Lock) {
+	now := time.Now()
 	g := &readGroup{key: l.key, nm: l.nm, value: l.value, ttl: l.ttl, fencing: l.fencing, token: l.token,
-		settled: l.settled, opened: time.Now(), refs: 1}
+		settled: l.settled, opened: now, refs: 1}
+	until := l.validUntil()
+	// The winning round began at until - (ttl - drift) (Lock.start): its length is the
+	// round trip the window follows.
+	g.window = min(joinWindow, max(0, now.Sub(until.Add(-(l.ttl-drift(l.ttl, l.c.opt.DriftFactor))))))
 	rg.mu.Lock()
 	defer rg.mu.Unlock()
 	if rg.m == nil {
 		rg.m = map[string]*readGroup{}
 	}
-	g.until = l.validUntil()
+	g.until = until
 	rg.m[l.key] = g
 	l.mu.Lock()
 	l.group = g // under l.mu: its timers and a force release may read it already
@@ -82,15 +123,17 @@ func (l *Lock) readGroup() *readGroup {
 }
 
 // join returns a reader of key sharing a group's entry, or nil when no group of the key
-// takes joiners now (none, another ttl or fencing, its window passed, too little validity
-// left, or a force release of the key began since forces).
+// takes joiners now (none, another ttl or fencing, its window passed, a writer of this
+// client waits for the key, too little validity left, or a force release of the key
+// began since forces).
 func (c *Client) joinReader(key string, ttl time.Duration, fencing bool, start time.Time, forces uint64) *Lock {
+	writer := c.queues.writerWaits(key) // before rg.mu: never both locks at once
 	rg := &c.readers
 	rg.mu.Lock()
 	defer rg.mu.Unlock()
 	g := rg.m[key]
 	now := time.Now()
-	if g == nil || g.refs == 0 || g.broken.Load() || g.ttl != ttl || g.fencing != fencing || now.Sub(g.opened) > joinWindow ||
+	if g == nil || writer || g.refs == 0 || g.broken.Load() || g.ttl != ttl || g.fencing != fencing || now.Sub(g.opened) > g.window ||
 		g.until.Sub(now) < ttl/2 || c.queues.forcedSince(key, forces) {
 		return nil
 	}
@@ -126,4 +169,14 @@ func (rg *readGroups) leave(g *readGroup) (last bool) {
 		delete(rg.m, g.key)
 	}
 	return true
+}
+
+// writerWaits reports whether a caller of this client owns the key's turn: a writer (a
+// reader never takes a turn) contending for the key, since readers of this client hold
+// it. Read here rather than in queue.go to keep the reader-side rule in one file.
+func (qs *queues) writerWaits(key string) bool {
+	qs.mu.Lock()
+	defer qs.mu.Unlock()
+	q := qs.m[key]
+	return q != nil && q.turnTaken
 }

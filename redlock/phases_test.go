@@ -1,0 +1,188 @@
+package redlock
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/caddy-redlock/caddy-redlock/internal/redistest"
+)
+
+// A waiting writer waits for the readers inside when it came, not for a join window:
+// readers of the readers' own client that come once the writer is marked as waiting do
+// not join the group inside (they go to Redis, where the mark refuses them), so the
+// writer holds the key before any of them. Both a writer of another client and one of
+// the readers' own client (which no join may overtake either).
+func TestSharedWriterWaitsOnlyForReadersInside(t *testing.T) {
+	for _, local := range []bool{false, true} {
+		name := "writer of another client"
+		if local {
+			name = "writer of the readers' client"
+		}
+		t.Run(name, func(t *testing.T) {
+			servers := redistest.StartN(t, 3)
+			c := newTestClient(t, servers, fastOptions())
+			wc := c
+			if !local {
+				wc = newTestClient(t, servers, fastOptions())
+			}
+			r1 := mustAcquire(t, c, "doc", read)
+			var order atomic.Int32
+			writerAt := make(chan int32, 1)
+			go func() {
+				w, err := wc.Acquire(context.Background(), "doc", AcquireOptions{Wait: 10 * time.Second})
+				if err != nil {
+					t.Errorf("writer: %v", err)
+					writerAt <- 0
+					return
+				}
+				writerAt <- order.Add(1)
+				time.Sleep(10 * time.Millisecond)
+				_ = w.Release(context.Background())
+			}()
+			eventually(t, "writer marked as waiting", func() bool {
+				marked := 0
+				for _, s := range servers {
+					if _, ok := rawGet(t, s, "doc"+writerSuffix); ok {
+						marked++
+					}
+				}
+				return marked >= 2
+			})
+			time.Sleep(joinWindow) // a join window at most (a round trip): not the old 100ms
+			// Late readers of the group's own client, while the first reader still reads.
+			var wg sync.WaitGroup
+			var mu sync.Mutex
+			var readersAt []int32
+			for range 5 {
+				wg.Go(func() {
+					l, err := c.Acquire(context.Background(), "doc", AcquireOptions{Shared: true, Wait: 10 * time.Second})
+					if err != nil {
+						t.Errorf("late reader: %v", err)
+						return
+					}
+					mu.Lock()
+					readersAt = append(readersAt, order.Add(1))
+					mu.Unlock()
+					time.Sleep(20 * time.Millisecond)
+					_ = l.Release(context.Background())
+				})
+				time.Sleep(2 * time.Millisecond)
+			}
+			time.Sleep(20 * time.Millisecond)
+			if err := r1.Release(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			wg.Wait()
+			if w := <-writerAt; w != 1 {
+				t.Fatalf("writer came %d-th, late readers %v: readers that came after the writer went first", w, readersAt)
+			}
+		})
+	}
+}
+
+// Readers waiting for a writer all go in on its release notice (one notice wakes every
+// waiter of the process), not one per notice and the rest after a retry delay.
+func TestSharedWaitingReadersAllWakeOnRelease(t *testing.T) {
+	servers := redistest.StartN(t, 3)
+	wopt := fastOptions()
+	wopt.TTL = 10 * time.Second // nor the writer's expiry
+	wc := newTestClient(t, servers, wopt)
+	opt := fastOptions()
+	opt.RetryDelayMin, opt.RetryDelayMax = 5*time.Second, 5*time.Second // only a notice wakes them in time
+	rc := newTestClient(t, servers, opt)
+	w := mustAcquire(t, wc, "doc", write)
+	const readers = 5
+	var wg sync.WaitGroup
+	var in atomic.Int32
+	all := make(chan struct{})
+	for range readers {
+		wg.Go(func() {
+			l, err := rc.Acquire(context.Background(), "doc", AcquireOptions{Shared: true, Wait: 10 * time.Second})
+			if err != nil {
+				t.Errorf("reader: %v", err)
+				return
+			}
+			in.Add(1)
+			<-all // held: a reader's own release would wake the next one
+			_ = l.Release(context.Background())
+		})
+	}
+	eventually(t, "readers waiting on a subscription", func() bool {
+		rc.readers.mu.Lock()
+		n := rc.readers.waiting["doc"]
+		rc.readers.mu.Unlock()
+		rc.notices.mu.Lock()
+		nw := rc.notices.m[rc.names("doc").channel]
+		rc.notices.mu.Unlock()
+		if nw == nil || n != readers {
+			return false
+		}
+		select {
+		case <-nw.ready:
+			return true
+		default:
+			return false
+		}
+	})
+	time.Sleep(50 * time.Millisecond) // every reader past its second try, asleep
+	_ = w.Release(context.Background())
+	// Loose: well under the retry delay, far above a round trip.
+	eventually(t, "every waiting reader in after the writer's release", func() bool { return in.Load() == readers })
+	close(all)
+	wg.Wait()
+}
+
+// A writer's release goes to Redis, not to the next writer of its client, while readers
+// of that client wait for the key, and those readers go in before that writer.
+func TestSharedWriterReleaseLetsWaitingReadersFirst(t *testing.T) {
+	servers := redistest.StartN(t, 3)
+	c := newTestClient(t, servers, fastOptions())
+	w1 := mustAcquire(t, c, "doc", AcquireOptions{Wait: time.Second})
+	var order atomic.Int32
+	w2At := make(chan int32, 1)
+	go func() {
+		w2, err := c.Acquire(context.Background(), "doc", AcquireOptions{Wait: 10 * time.Second})
+		if err != nil {
+			t.Errorf("second writer: %v", err)
+			w2At <- 0
+			return
+		}
+		w2At <- order.Add(1)
+		_ = w2.Release(context.Background())
+	}()
+	eventually(t, "second writer queued", func() bool {
+		c.queues.mu.Lock()
+		defer c.queues.mu.Unlock()
+		q := c.queues.m["doc"]
+		return q != nil && len(q.waiters) == 1
+	})
+	const readers = 3
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var readersAt []int32
+	for range readers {
+		wg.Go(func() {
+			l, err := c.Acquire(context.Background(), "doc", AcquireOptions{Shared: true, Wait: 10 * time.Second})
+			if err != nil {
+				t.Errorf("reader: %v", err)
+				return
+			}
+			mu.Lock()
+			readersAt = append(readersAt, order.Add(1))
+			mu.Unlock()
+			time.Sleep(20 * time.Millisecond)
+			_ = l.Release(context.Background())
+		})
+	}
+	eventually(t, "readers waiting", func() bool { return c.readers.readersWait("doc") })
+	time.Sleep(50 * time.Millisecond)
+	_ = w1.Release(context.Background())
+	wg.Wait()
+	got := <-w2At
+	if got == 1 {
+		t.Fatalf("the next writer went first (order %d, readers %v): handed on past waiting readers", got, readersAt)
+	}
+}
