@@ -128,7 +128,7 @@ func run(f flags, cfg config) int {
 		runModes(res, cfg, dir, caddyBin, nodes, fail)
 	}
 	if want("modemix") {
-		runModeMix(res, cfg, dir, caddyBin, nodes, fail)
+		runModeMix(res, cfg, dir, caddyBin, f.compare, nodes, fail)
 	}
 	if want("fencemem") {
 		runFenceMem(res, cfg, dir, fail)

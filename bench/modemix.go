@@ -6,6 +6,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"net/http"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -19,7 +20,10 @@ import (
 // `shared` (GETs exclusive). Alternated; the upstream judges overlaps. The ideal
 // phase-fair reader-writer lock gives about 2.5x B's GET rate here (a 20 ms write, then a
 // 20 ms batch of every waiting reader); the target is >= 2x, with 0 overlaps and no
-// writer starved (every POST answered 2xx within the wait).
+// writer starved (every POST answered 2xx within the wait). With -compare, the second
+// build runs the same two variants on its own two instances, alternated with the first's
+// (rows "B: ...", not checked against the targets; its ratio is against its own exclusive
+// GETs).
 
 // mixRow is one variant of the phase.
 type mixRow struct {
@@ -41,7 +45,7 @@ const (
 	mixPause   = 3 * time.Second
 )
 
-func runModeMix(res *results, cfg config, dir, caddyBin string, nodes []*redisNode, fail func(string, error)) {
+func runModeMix(res *results, cfg config, dir, caddyBin, compareBin string, nodes []*redisNode, fail func(string, error)) {
 	if caddyBin == "" {
 		return
 	}
@@ -58,38 +62,54 @@ func runModeMix(res *results, cfg config, dir, caddyBin string, nodes []*redisNo
 	sites := []caddySite{
 		{name: "shared", redis: urls(nodes), wait: 10 * time.Second, ttl: 2 * time.Second, opts: opts + "\t\tshared GET HEAD\n", modeHeaders: true},
 		{name: "exclusive", redis: urls(nodes), wait: 10 * time.Second, ttl: 2 * time.Second, opts: opts, modeHeaders: true}}
-	var fes []*frontend
-	for _, name := range []string{"caddy-mix-a", "caddy-mix-b"} {
-		fe, err := startCaddy(caddyBin, dir, name, mu.addr, sites)
-		if err != nil {
-			fail("modemix front end", err)
-			return
+	bins := []string{caddyBin}
+	if compareBin != "" {
+		bins = append(bins, compareBin)
+	}
+	// fes[b] are build b's two instances.
+	fes := make([][]*frontend, len(bins))
+	for b, bin := range bins {
+		for _, name := range []string{"caddy-mix-a", "caddy-mix-b"} {
+			if b > 0 {
+				name = strings.Replace(name, "mix", "mixcmp", 1)
+			}
+			fe, err := startCaddy(bin, dir, name, mu.addr, sites)
+			if err != nil {
+				fail("modemix front end", err)
+				return
+			}
+			defer fe.stop()
+			fes[b] = append(fes[b], fe)
 		}
-		defer fe.stop()
-		fes = append(fes, fe)
 	}
 	window := max(2*cfg.HotDur, mixPause+3*time.Second)
 	names := []string{"shared", "exclusive"}
-	var got [2]mixResult
-	alternate(cfg.HotRounds, 2, func(i, _ int) {
+	got := make([]mixResult, 2*len(bins)) // build b's shared at 2b, exclusive at 2b+1
+	alternate(cfg.HotRounds, len(got), func(i, _ int) {
 		mu.overlaps.Store(0)
 		var bases []string
-		for _, fe := range fes {
-			bases = append(bases, fe.sites[names[i]])
+		for _, fe := range fes[i/2] {
+			bases = append(bases, fe.sites[names[i%2]])
 		}
 		r := runMix(bases, window, nodes[len(nodes)-1])
 		r.overlaps = mu.overlaps.Load()
 		got[i].merge(r)
 	})
-	ex := got[1].getRPS()
-	for i, label := range []string{"GET shared (`shared GET HEAD`), POST exclusive", "GET exclusive, POST exclusive"} {
-		g := &got[i]
-		row := mixRow{Name: label, GetRPS: g.getRPS(), PostRPS: g.postRPS(), GetLat: summarize(g.getLat), PostLat: summarize(g.postLat),
-			Overlaps: g.overlaps, Errors: g.errors, Window: g.window}
-		if i == 0 && ex > 0 {
-			row.Ratio = row.GetRPS / ex
+	for b := range bins {
+		prefix := ""
+		if b > 0 {
+			prefix = nameCompare
 		}
-		res.ModeMix = append(res.ModeMix, row)
+		ex := got[2*b+1].getRPS()
+		for k, label := range []string{"GET shared (`shared GET HEAD`), POST exclusive", "GET exclusive, POST exclusive"} {
+			g := &got[2*b+k]
+			row := mixRow{Name: prefix + label, GetRPS: g.getRPS(), PostRPS: g.postRPS(), GetLat: summarize(g.getLat), PostLat: summarize(g.postLat),
+				Overlaps: g.overlaps, Errors: g.errors, Window: g.window}
+			if k == 0 && ex > 0 {
+				row.Ratio = row.GetRPS / ex
+			}
+			res.ModeMix = append(res.ModeMix, row)
+		}
 	}
 }
 
@@ -206,7 +226,7 @@ func (r *results) modeMixTable() *table {
 
 // checkMixTargets adds issue 26's targets for the mixed modes and the fencing state.
 func (r *results) checkMixTargets(add func(target, value string, met *bool), yes func(bool) *bool) {
-	if len(r.ModeMix) == 2 {
+	if len(r.ModeMix) >= 2 { // the first build's two rows (a -compare build's follow)
 		s, e := r.ModeMix[0], r.ModeMix[1]
 		add("mixed reads/writes: shared GETs ≥ 2× exclusive GETs (ideal ≈ 2.5×)",
 			fmt.Sprintf("%.2f× (%.0f vs %.0f GET/s)", s.Ratio, s.GetRPS, e.GetRPS), yes(s.Ratio >= 2))

@@ -466,7 +466,7 @@ func (c *Client) sendRound(ctx context.Context, nm names, a try, start time.Time
 	// (acquireReply, dataloss.go).
 	script, keys := acquireScript, []string{nm.lock, nm.counter, nm.writer, c.markerKey()}
 	if nm.shared {
-		script, keys = readAcquireScript, []string{nm.lock, nm.counter, nm.writer, nm.readers, c.markerKey()}
+		script, keys = readAcquireScript, []string{nm.lock, nm.counter, nm.writer, nm.readers, nm.turn, c.markerKey()}
 	}
 	argv := []any{value, a.ttl.Milliseconds(), a.owner, boolArg(a.fencing), c.counterTTL().Milliseconds(), a.n,
 		a.mark.Milliseconds()}

@@ -81,7 +81,7 @@ var scripts = []*script{
 	commitScript.about("fencing commit", "GET", "SET", "PEXPIRE", "ZSCORE", "TIME"),
 	extendScript.about("renewal", "GET", "PEXPIRE", "PTTL", "TIME", "ZSCORE", "ZADD"),
 	retakeScript.about("re-take", "SET"),
-	releaseScript.about("release", "GET", "DEL", "PUBLISH"),
+	releaseScript.about("release", "GET", "DEL", "SET", "PUBLISH"),
 	forceReleaseScript.about("force release", "DEL", "PUBLISH"),
 	probeScript.about("permission probe", probeCommands...),
 }

@@ -52,7 +52,7 @@ func (c *Client) ForceRelease(ctx context.Context, key string) (ForceResult, err
 		l.markLost(LostForceReleased)
 	}
 	nm := c.names(key)
-	forceKeys := []string{nm.lock, nm.writer, nm.readers}
+	forceKeys := []string{nm.lock, nm.writer, nm.readers, nm.turn}
 	for _, s := range c.slotNames(key, MaxLimit) {
 		forceKeys = append(forceKeys, s.lock)
 	}

@@ -36,6 +36,7 @@ func (c *Client) slotNames(key string, n int) []names {
 	for i := range out {
 		out[i] = base
 		out[i].lock = base.lock + slotSuffix + strconv.Itoa(i)
+		out[i].turn = "" // readers meet the key's own name, never a place: no readers' turn
 	}
 	return out
 }

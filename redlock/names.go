@@ -12,10 +12,12 @@ import (
 const (
 	counterSuffix = "\x00fence"
 	channelSuffix = "\x00released"
-	// Shared locks only (doc.go, "Shared locks"): the readers' set, and the mark of a
-	// writer waiting for the readers to leave.
+	// Shared locks only (doc.go, "Shared locks"): the readers' set, the mark of a
+	// writer waiting for the readers to leave, and the mark of readers waiting for a
+	// writer (then the readers' turn after its release).
 	readersSuffix = "\x00readers"
 	writerSuffix  = "\x00writer"
+	turnSuffix    = "\x00readturn"
 	// boundName follows the prefix directly: no key is empty, so no lock, counter or
 	// channel name can equal it.
 	boundName = "\x00max_ttl"
@@ -34,14 +36,14 @@ func validateKey(key string) error {
 // names is where a lock lives in Redis. shared: the lock is a reader's entry in the
 // readers' set, not the value of the lock name.
 type names struct {
-	lock, counter, channel, readers, writer string
-	shared                                  bool
+	lock, counter, channel, readers, writer, turn string
+	shared                                        bool
 }
 
 func (c *Client) names(key string) names {
 	lk := c.opt.Prefix + key
 	return names{lock: lk, counter: lk + counterSuffix, channel: lk + channelSuffix,
-		readers: lk + readersSuffix, writer: lk + writerSuffix}
+		readers: lk + readersSuffix, writer: lk + writerSuffix, turn: lk + turnSuffix}
 }
 
 // boundKey is where the nodes keep the longest ttl any client may use (voting.go).

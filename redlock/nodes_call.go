@@ -88,11 +88,16 @@ func (c *Client) releaseOnNodes(ctx context.Context, nm names, value string, ski
 	if sent == 0 {
 		return 0, false, nil
 	}
-	script, keys := releaseScript, []string{nm.lock}
-	if nm.shared {
-		script, keys = readReleaseScript, []string{nm.lock, nm.counter, nm.writer, nm.readers}
+	var cmd *command
+	switch {
+	case nm.shared:
+		cmd = newCommand(readReleaseScript, []string{nm.lock, nm.counter, nm.writer, nm.readers}, value, nm.channel, c.id)
+	case nm.turn != "":
+		// Readers that waited for this writer get their turn (scripts.go, doc.go).
+		cmd = newCommand(releaseScript, []string{nm.lock, nm.turn}, value, nm.channel, c.id, c.readersTurn().Milliseconds())
+	default:
+		cmd = newCommand(releaseScript, []string{nm.lock}, value, nm.channel, c.id)
 	}
-	cmd := newCommand(script, keys, value, nm.channel, c.id)
 	t := &releaseTally{left: sent, quorum: c.quorum, own: own, done: make(chan struct{})}
 	c.pending.add(sent)
 	for i, nd := range c.nodes {

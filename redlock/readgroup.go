@@ -29,13 +29,26 @@ import (
 // key, and while any does, a writer's release goes to Redis instead of handing the lock
 // to the next writer of this client (handoffAllowed): the waiting readers, woken all at
 // once by the release (notifier.poke), go in together before the next writer, as in a
-// phase-fair reader-writer lock.
+// phase-fair reader-writer lock. Across processes the same holds through Redis: readers
+// refused mark themselves as waiting there, and a writer's release that finds the mark
+// gives them a turn of readersTurn in which writers are refused (scripts.go).
 //
 // Fencing: joiners carry the entry's token (readers of one client holding the key
 // together share it).
 
 // joinWindow caps how long after its entry was taken a group of readers takes joiners.
 const joinWindow = 5 * time.Millisecond
+
+// readersTurnMax bounds the readers' turn after a writer's release (scripts.go,
+// releaseScript): long enough for the release notice to reach the waiting readers of
+// every process and for their rounds to land, a few round trips on a loaded machine,
+// short next to the work a lock guards. It only delays writers (doc.go).
+const readersTurnMax = 10 * time.Millisecond
+
+// readersTurn is how long a writer's release that finds readers waiting keeps writers
+// out (and lets readers past a waiting writer's mark): readersTurnMax, or node_timeout
+// when smaller.
+func (c *Client) readersTurn() time.Duration { return min(readersTurnMax, c.opt.NodeTimeout) }
 
 // readGroup is the readers of one client sharing one entry.
 type readGroup struct {

@@ -111,17 +111,27 @@ const (
 
 // readAcquireScript takes the key shared (a reader). KEYS[1] lock, KEYS[2] counter,
 // KEYS[3] writer-waiting mark, KEYS[4] the readers (a sorted set: value -> expiry, ms of
-// the node's clock), KEYS[5] the data marker; ARGV and replies as acquireScript's. Busy, {0, PTTL}, while a writer holds the
-// lock name or a writer waits (the mark); else the reader's entry is added with its own
-// expiry and the lock name holds sharedMarker until the last entry expires (so the name
-// and the set lapse together, and a plain SET NX, anyone's, finds the key busy).
-// Expired entries (crashed readers) are dropped first.
+// the node's clock), KEYS[5] the readers' turn mark, KEYS[6] the data marker; ARGV and
+// replies as acquireScript's. Busy, {0, PTTL}, while a writer holds the lock name or a
+// writer waits (the mark) outside the readers' turn; else the reader's entry is added
+// with its own expiry and the lock name holds sharedMarker until the last entry expires
+// (so the name and the set lapse together, and a plain SET NX, anyone's, finds the key
+// busy). Expired entries (crashed readers) are dropped first.
+//
+// Phases (doc.go, "Shared locks"): a reader refused marks readers as waiting (KEYS[5] =
+// "w", for ARGV[7] ms, as a writer's mark); a writer's release that finds that mark turns
+// it into the readers' turn (KEYS[5] = "t", releaseScript) and leaves the lock name
+// holding sharedMarker for as long, with no entry: writers are refused meanwhile (and
+// mark themselves as waiting) while readers go in even past a writer's mark. The marks
+// only delay; no grant rests on them.
 var readAcquireScript = newScript(`
 local cur = redis.pcall('GET', KEYS[1])
 if type(cur) == 'table' or (cur and cur ~= '` + sharedMarkerLua + `') then
+  if tonumber(ARGV[7]) > 0 then redis.call('SET', KEYS[5], 'w', 'PX', ARGV[7]) end
   return {0, redis.call('PTTL', KEYS[1])}
 end
-if redis.pcall('GET', KEYS[3]) then
+if redis.pcall('GET', KEYS[3]) and redis.pcall('GET', KEYS[5]) ~= 't' then
+  if tonumber(ARGV[7]) > 0 then redis.call('SET', KEYS[5], 'w', 'PX', ARGV[7]) end
   return {0, redis.call('PTTL', KEYS[3])}
 end
 local t = redis.call('TIME')
@@ -259,22 +269,33 @@ return set
 // (the notice payload: a client ignores its own notices, whose waiters it hands the turn
 // to directly). Returns 0 if the key did not hold the value, else 1 + the number of
 // subscribers the notice reached (the releasing client's own subscription included).
+// Optionally KEYS[2] the readers' turn mark and ARGV[4] the turn's length, ms: when
+// readers marked themselves as waiting (readAcquireScript), the lock name is left holding
+// sharedMarker, with no reader entry, for that long, and the mark says it is the readers'
+// turn: the readers woken by the notice go in before any writer (doc.go, "Shared
+// locks"). The marker holds nothing: it lapses, or the readers' scripts give it their
+// entries' expiry.
 var releaseScript = newScript(`
 if redis.pcall('GET', KEYS[1]) == ARGV[1] then
   redis.call('DEL', KEYS[1])
+  if #KEYS > 1 and tonumber(ARGV[4]) > 0 and redis.pcall('GET', KEYS[2]) == 'w' then
+    redis.call('SET', KEYS[1], '` + sharedMarkerLua + `', 'PX', ARGV[4])
+    redis.call('SET', KEYS[2], 't', 'PX', ARGV[4])
+  end
   return 1 + redis.call('PUBLISH', ARGV[2], ARGV[3])
 end
 return 0
 `)
 
 // forceReleaseScript is the operator override: delete whatever holds the key, readers,
-// a waiting writer's mark and a limited key's places included. KEYS[1] lock, KEYS[2]
-// writer-waiting mark, KEYS[3] readers, KEYS[4..] the places; ARGV[1] release channel.
+// a waiting writer's mark, the readers' turn mark and a limited key's places included.
+// KEYS[1] lock, KEYS[2] writer-waiting mark, KEYS[3] readers, KEYS[4] readers' turn mark,
+// KEYS[5..] the places; ARGV[1] release channel.
 // Returns how many of the lock name and the places were there.
 var forceReleaseScript = newScript(`
 local n = redis.call('DEL', KEYS[1])
-redis.call('DEL', KEYS[2], KEYS[3])
-for i = 4, #KEYS do n = n + redis.call('DEL', KEYS[i]) end
+redis.call('DEL', KEYS[2], KEYS[3], KEYS[4])
+for i = 5, #KEYS do n = n + redis.call('DEL', KEYS[i]) end
 if n > 0 then redis.call('PUBLISH', ARGV[1], 'force') end
 return n
 `)
