@@ -427,6 +427,7 @@ func (c *Client) tryOnce(ctx context.Context, nm names, a try) attemptResult {
 	// reply comes by node_timeout). Replies that came meanwhile are counted too; they
 	// cannot turn a decided outcome around.
 	<-rd.decide
+	c.readers.noteRound(time.Since(start)) // sizes the readers' turn (readgroup.go)
 	t := c.tallyRound(rd.snapshot())
 	res := attemptResult{minPTTL: t.minPTTL}
 	if len(t.granted) >= c.quorum {

@@ -39,16 +39,30 @@ import (
 // joinWindow caps how long after its entry was taken a group of readers takes joiners.
 const joinWindow = 5 * time.Millisecond
 
-// readersTurnMax bounds the readers' turn after a writer's release (scripts.go,
-// releaseScript): long enough for the release notice to reach the waiting readers of
-// every process and for their rounds to land, a few round trips on a loaded machine,
-// short next to the work a lock guards. It only delays writers (doc.go).
-const readersTurnMax = 10 * time.Millisecond
+// The readers' turn after a writer's release (scripts.go, releaseScript) must be long
+// enough for the release notice to reach the waiting readers of every process and for
+// their rounds to land: readersTurnRounds of this client's recent acquire rounds (which
+// grow with the load on the machine and the nodes), at least readersTurnMin, at most
+// node_timeout. Short next to the work a lock guards; it only delays writers (doc.go).
+const (
+	readersTurnRounds = 4
+	readersTurnMin    = 10 * time.Millisecond
+)
 
 // readersTurn is how long a writer's release that finds readers waiting keeps writers
-// out (and lets readers past a waiting writer's mark): readersTurnMax, or node_timeout
-// when smaller.
-func (c *Client) readersTurn() time.Duration { return min(readersTurnMax, c.opt.NodeTimeout) }
+// out (and lets readers past a waiting writer's mark).
+func (c *Client) readersTurn() time.Duration {
+	round := time.Duration(c.readers.round.Load())
+	return min(max(readersTurnRounds*round, readersTurnMin), c.opt.NodeTimeout)
+}
+
+// noteRound folds an acquire round's length (until decided) into the client's running
+// average (weight 1/8), which sizes the readers' turn. Concurrent updates may lose one:
+// it is an estimate.
+func (rg *readGroups) noteRound(d time.Duration) {
+	old := rg.round.Load()
+	rg.round.Store(old + (int64(d)-old)/8)
+}
 
 // readGroup is the readers of one client sharing one entry.
 type readGroup struct {
@@ -76,6 +90,8 @@ type readGroups struct {
 	m  map[string]*readGroup
 	// waiting counts, per key, the readers of this client contending in Redis.
 	waiting map[string]int
+	// round is the running average of this client's acquire rounds, ns (noteRound).
+	round atomic.Int64
 }
 
 // wait counts a reader contending for key in Redis until the returned func is called.
