@@ -195,7 +195,8 @@
 // AcquireOptions.Shared takes a key as a reader. On each node, readers keep an entry each
 // in a sorted set beside the lock name (value -> expiry on the node's clock), and while
 // any entry lives the lock name itself holds sharedMarker with the expiry of the
-// longest-lived entry (readAcquireScript). A writer is an ordinary exclusive lock: the
+// longest-lived entry (readAcquireScript); during a readers' turn (below) it holds
+// sharedMarker with no entry, for the turn. A writer is an ordinary exclusive lock: the
 // same SET NX PX on the lock name.
 //
 // Claim: a writer never holds a key while a reader does, across N masters. A reader holds
@@ -220,20 +221,48 @@
 //
 // Writers are not starved: a writer refused because readers hold the key leaves a mark
 // (its owner prefix, for writerMarkTTL, renewed at each of its tries, cleared when it
-// gets the key), and a reader is refused while a mark stands. So the readers present
-// when a writer came finish, no new ones start, and the writer gets the key; readers that
-// came after it wait for its release notice. The mark only delays readers; safety never
-// rests on it. Phases (readgroup.go): while readers of a client wait for a key, a
-// writer's release there goes to Redis rather than to that client's next writer, and
-// that writer lets them go first (as for other clients' waiters); one release notice
-// wakes every waiter of a process at once, so the readers that queued behind a writer
-// go in together right after it. A writer that gives up leaves its mark until it lapses (at most
-// writerMarkTTL).
+// gets the key), and a reader is refused while a mark stands (outside the readers' turn,
+// below). So the readers present when a writer came finish, no new ones start, and the
+// writer gets the key; readers that came after it wait for its release notice. A writer
+// that gives up leaves its mark until it lapses (at most writerMarkTTL).
+//
+// Phases, so that readers and writers alternate (a phase-fair reader-writer lock) across
+// processes: a reader refused by a writer (its lock or its mark) marks readers as waiting
+// (the turn key, "w", for writerMarkTTL, renewed at each of its tries); a writer's
+// release that deletes its value and finds that mark leaves the lock name holding
+// sharedMarker with no reader entry, and the mark saying "t", both for the readers' turn
+// (readersTurn: 4 of the releasing client's recent acquire rounds, 10ms to node_timeout).
+// Meanwhile writers are refused (the name holds the marker: they mark themselves as
+// waiting, and retry when the turn ends) and readers go in even past a writer's mark;
+// each reader's grant gives the name its entry's expiry as usual. So the readers woken by
+// the release go in as one batch before the next writer, whichever process it is in, and
+// the next writer then goes before any later reader. Within a process (readgroup.go):
+// while readers of a client wait for a key, a writer's release there goes to Redis
+// rather than to that client's next writer, and that writer lets them go first (as for
+// other clients' waiters); one release notice wakes every waiter of a process at once.
+//
+// The marks and the turn only delay; safety never rests on them. A reader's grant still
+// needs the name free or holding the marker on that node, a writer's still needs SET NX
+// (the turn's marker, holding no entry, only refuses writers, like a reader that leaves
+// at once), and every argument above is about grants. A lost, lapsed or forced-away mark
+// or turn costs ordering, never exclusion.
+//
+// A writer's wait is bounded: the readers inside when it came, plus, if it came during a
+// turn, the rest of that turn and the readers that went in during it (their work and
+// ttl bound each), plus about a round trip of local joiners (below); no reader that comes
+// after its mark stands and the turn is over goes in before it. A writer that gets the key
+// ends the phase; the next release starts a turn only if readers were refused meanwhile.
+// A reader waits for the writer inside and, while it waits, its turn comes at that
+// writer's release; one that misses the turn (its notice or round came later, on a slow
+// machine) waits for the next writer's. Not covered: a local handoff between two
+// writers of one process does not go through Redis, so readers of another process may
+// wait for up to HandoffLimit such handoffs (handoff.go), as before.
 //
 // Other Redlock clients (redsync, node-redlock) see the marker as somebody's lock: their
 // exclusive locks exclude our readers and writers both ways. They cannot take the key
 // shared, and a writer of theirs leaves no mark (readers may then keep it from the key
-// for as long as they overlap).
+// for as long as they overlap). A readers' turn delays their locks as any holder would,
+// for at most the turn.
 //
 // Fencing: readers and writers draw tokens from the key's one counter by the same rule
 // (fencingLua) and the same argument as above, so every holder's token is larger than
@@ -251,7 +280,8 @@
 // joiners only for about one round trip after its entry was taken (at most joinWindow)
 // and none while a writer of its client waits, so that a waiting writer (whose mark only
 // Redis sees) waits for the readers inside when it came plus at most that. Joiners share the
-// entry's token. Readers wait for release notices like the head of a line, and this
+// entry's token. Readers of a client waiting for a writer each go to Redis when woken (a
+// reader joins only as it starts), and during a readers' turn that is where they go in. Readers wait for release notices like the head of a line, and this
 // client wakes its own waiters when it releases (it ignores its own notices from Redis).
 // A writer that will not wait (its last try) leaves no mark.
 //
