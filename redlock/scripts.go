@@ -160,7 +160,7 @@ else
   redis.call('DEL', KEYS[4])
 end`
 
-// readReleaseScript gives a reader's entry back. KEYS as readAcquireScript's; ARGV[1]
+// readReleaseScript gives a reader's entry back. KEYS[1..4] as readAcquireScript's; ARGV[1]
 // value, ARGV[2] release channel, ARGV[3] the releasing client's id. The last reader out
 // frees the lock name and notifies waiters (writers wait for that; readers wait only for
 // writers). Returns as releaseScript does.

@@ -73,6 +73,8 @@ func TestSharedInteropWithPlainSetNX(t *testing.T) {
 	servers := redistest.StartN(t, 3)
 	c := newTestClient(t, servers, fastOptions())
 	r := mustAcquire(t, c, "doc", read)
+	// Acquire returns at a quorum: the last node's grant may still be on its way.
+	<-r.settled
 	for _, s := range servers {
 		rc := redis.NewClient(&redis.Options{Addr: s.Addr()})
 		ok, err := rc.SetNX(context.Background(), defaultPrefix+"doc", "redsync-value", time.Second).Result()
