@@ -6,6 +6,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -121,7 +122,8 @@ func exerciseShared(t *testing.T, a, b *Client) {
 	if _, err := r1.extend(ctx); err != nil {
 		t.Fatalf("reader Extend: %v", err)
 	}
-	if st, err := a.Inspect(ctx, "doc"); err != nil || !st.QuorumHeld || st.Nodes[0].Readers == 0 {
+	// Any node of the quorum: Acquire returns at a quorum, a slow node's grant may lag.
+	if st, err := a.Inspect(ctx, "doc"); err != nil || !st.QuorumHeld || !slices.ContainsFunc(st.Nodes, func(n KeyNode) bool { return n.Readers > 0 }) {
 		t.Fatalf("Inspect of a read-held key = %+v, %v", st, err)
 	}
 	got := make(chan error, 1)
