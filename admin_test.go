@@ -217,6 +217,7 @@ func adminSite(t *testing.T, servers []*redistest.Server, urls []string, prefix,
 // /redlock/locks shows one held (validity left, renewals going up) and two waiting;
 // once they are done, nothing.
 func TestAdminLocks(t *testing.T) {
+	skipShort(t)
 	servers := redistest.StartN(t, 3)
 	st := &streamer{cancelled: map[string]time.Time{}}
 	up := newUpstream(t, 0, st.serve)
@@ -304,6 +305,7 @@ type nodesAnswer struct {
 // shows a restarted node's new run_id and its quarantine until it ends, and never shows
 // the password that is in the node URLs.
 func TestAdminNodes(t *testing.T) {
+	skipShort(t)
 	password := "pw-" + rand.Text()
 	servers := redistest.StartN(t, 3, redistest.Options{Args: []string{"--requirepass", password}})
 	urls := make([]string, len(servers))

@@ -81,6 +81,7 @@ func (r cliRun) want(t *testing.T, code int, parts ...string) {
 // tables and as JSON; `release` force-releases the key and aborts the holder. No output
 // and no log line holds a lock value.
 func TestCommandLocksNodesKeyRelease(t *testing.T) {
+	skipShort(t)
 	servers := redistest.StartN(t, 3)
 	st := &streamer{cancelled: map[string]time.Time{}}
 	up := newUpstream(t, 0, st.serve)

@@ -93,6 +93,7 @@ func everyFeature(t *testing.T, servers []*redistest.Server, urls []string, extr
 }
 
 func TestCaddyTLSPrivateCA(t *testing.T) {
+	skipShort(t)
 	pki := redistest.NewPKI(t)
 	servers := redistest.StartN(t, 3, redistest.Options{TLS: pki})
 	everyFeature(t, servers, redistest.URLs(servers), fmt.Sprintf("tls {\n\t\t\tca %s\n\t\t}", pki.CAFile))
@@ -100,6 +101,7 @@ func TestCaddyTLSPrivateCA(t *testing.T) {
 
 // Mutual TLS, nodes addressed by IP with certificates for a DNS name only.
 func TestCaddyMutualTLSServerName(t *testing.T) {
+	skipShort(t)
 	pki := redistest.NewPKI(t, "redis.internal.test")
 	servers := redistest.StartN(t, 3, redistest.Options{TLS: pki, TLSAuthClients: true})
 	everyFeature(t, servers, redistest.URLs(servers), fmt.Sprintf(
@@ -108,6 +110,7 @@ func TestCaddyMutualTLSServerName(t *testing.T) {
 }
 
 func TestCaddyUnixSockets(t *testing.T) {
+	skipShort(t)
 	servers := redistest.StartN(t, 3)
 	urls := make([]string, len(servers))
 	for i, s := range servers {
@@ -140,6 +143,7 @@ func docsACLSetUser(t *testing.T, user, password string) []string {
 
 // Every feature under exactly the ACL line of docs/connecting.md (through a unix socket and TCP).
 func TestCaddyDocsACLUser(t *testing.T) {
+	skipShort(t)
 	servers := redistest.StartN(t, 3)
 	args := docsACLSetUser(t, "caddy", "s3cret")
 	urls := make([]string, len(servers))

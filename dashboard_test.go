@@ -25,6 +25,7 @@ import (
 // variable's query, must return at least one series. A metric renamed or a label
 // dropped makes a panel empty, and this test fail.
 func TestGrafanaDashboard(t *testing.T) {
+	skipShort(t)
 	promBin := prometheusBinary(t)
 	dash := loadDashboard(t, "contrib/grafana/redlock.json")
 

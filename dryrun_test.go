@@ -17,6 +17,7 @@ import (
 // logged with its key. A free key is still locked. With no quorum at all, requests go
 // through too (reason="unavailable") instead of getting 503.
 func TestDryRun(t *testing.T) {
+	skipShort(t)
 	servers := redistest.StartN(t, 3)
 	st := &streamer{cancelled: map[string]time.Time{}}
 	up := newUpstream(t, 0, st.serve)

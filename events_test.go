@@ -83,6 +83,7 @@ func subscribeRecorder(cfg map[string]any) {
 // when a node restarts without its data; each with its data, the block's name and the
 // handler as origin. The name is also in the metrics and /redlock/locks.
 func TestEvents(t *testing.T) {
+	skipShort(t)
 	servers := redistest.StartN(t, 3)
 	st := &streamer{cancelled: map[string]time.Time{}}
 	up := newUpstream(t, 0, st.serve)

@@ -327,6 +327,7 @@ func TestClientGoesAwayWhileWaiting(t *testing.T) {
 // backends don't watch for disconnects). The lock drains for one ttl before it is
 // released, so the next request does not overlap the straggler.
 func TestClientGoesAwayWhileHolding(t *testing.T) {
+	skipShort(t)
 	servers := redistest.StartN(t, 5)
 	// This upstream ignores cancellation: it works 1.5s whatever happens.
 	up := newUpstream(t, 0, func(w http.ResponseWriter, r *http.Request) {
@@ -373,6 +374,7 @@ func TestClientGoesAwayWhileHolding(t *testing.T) {
 // working on the request, so the lock must drain like any cut-short request, not be
 // released at once for the next request to overlap the straggler.
 func TestClientGoesAwayMidStream(t *testing.T) {
+	skipShort(t)
 	servers := redistest.StartN(t, 5)
 	// Streams one chunk, then works on for 1.5s whatever happens (writes after the
 	// client left fail and are ignored).

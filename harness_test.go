@@ -574,3 +574,12 @@ func metricTotal(t testing.TB, c prometheus.Collector, want map[string]string) f
 	}
 	return total
 }
+
+// skipShort skips a multi-second scenario in the quick inner loop (go test -short);
+// `make test` and CI run everything.
+func skipShort(t *testing.T) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("a multi-second scenario: skipped with -short")
+	}
+}

@@ -16,6 +16,7 @@ import (
 // release while it ran), drained (client gone mid-stream), with sums matching how long
 // the locks were held.
 func TestHoldMetric(t *testing.T) {
+	skipShort(t)
 	servers := redistest.StartN(t, 3)
 	st := &streamer{cancelled: map[string]time.Time{}}
 	up := newUpstream(t, 0, st.serve)

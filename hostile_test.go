@@ -384,6 +384,7 @@ func TestHostileOOM(t *testing.T) {
 // stream renews its lock, is recovered from transparently (EVALSHA falls back to EVAL):
 // the stream keeps its lock to the end and nothing is left behind.
 func TestHostileScriptFlush(t *testing.T) {
+	skipShort(t)
 	servers := redistest.StartN(t, 3)
 	st := &streamer{cancelled: map[string]time.Time{}}
 	up := newUpstream(t, 0, st.serve)

@@ -63,6 +63,7 @@ func metricValue(text, name string, labels ...string) float64 {
 // served, found busy, wait, hold and lose their locks, and as a node fails; the counts
 // survive a config reload; no label shows a key, a URI or a lock value.
 func TestMetrics(t *testing.T) {
+	skipShort(t)
 	servers := redistest.StartN(t, 3)
 	st := &streamer{cancelled: map[string]time.Time{}}
 	up := newUpstream(t, 0, st.serve)

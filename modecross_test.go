@@ -16,6 +16,7 @@ import (
 // exports). An export queued behind the admin request is never handed its exclusive
 // lock: it holds one of the 2 places, so another client gets one more place, not two.
 func TestLimitRequestQueuedBehindExclusiveHoldsAPlace(t *testing.T) {
+	skipShort(t)
 	servers := redistest.StartN(t, 3)
 	up := newUpstream(t, 0, func(w http.ResponseWriter, r *http.Request) {
 		d, _ := time.ParseDuration(r.URL.Query().Get("d"))

@@ -16,6 +16,7 @@ import (
 // Redis key and do not wait for it. A reload that keeps the namespace (another ttl) is
 // not.
 func TestReloadChangingNamespaceWarns(t *testing.T) {
+	skipShort(t)
 	servers := redistest.StartN(t, 3)
 	up := newUpstream(t, 1500*time.Millisecond, nil)
 	body := func(prefix, ttl string, extra ...string) string {

@@ -23,6 +23,7 @@ import (
 // request for the key, queued 100ms after the first, must not reach the upstream until
 // the first is done there: the lock drains one ttl instead of being handed over.
 func TestProxyTimeoutDrains(t *testing.T) {
+	skipShort(t)
 	servers := redistest.StartN(t, 3)
 	up := newUpstream(t, 0, func(w http.ResponseWriter, r *http.Request) {
 		time.Sleep(1500 * time.Millisecond) // deaf to the proxy giving up

@@ -54,6 +54,7 @@ func (s *streamer) cancelledAt(path string) (time.Time, bool) {
 // request is cancelled before the lock's validity ends and the upstream sees it; max_hold
 // ends a hold the same way.
 func TestStreamRenewalAndLoss(t *testing.T) {
+	skipShort(t)
 	const ttl = time.Second
 	servers := redistest.StartN(t, 5)
 	st := &streamer{cancelled: map[string]time.Time{}}

@@ -70,6 +70,7 @@ func openTunnel(t *testing.T, s *site, path string) (*net.TCPConn, *bufio.Reader
 // lock drains one ttl, so the next request of the key never overlaps that work. A clean
 // close on both sides releases at once; a lost lock closes the tunnel.
 func TestTunnelEndDrainsUnlessClean(t *testing.T) {
+	skipShort(t)
 	servers := redistest.StartN(t, 3)
 	up := newUpstream(t, 0, tunnelBackend)
 	s := startCaddy(t, "", fmt.Sprintf(`

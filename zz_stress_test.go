@@ -12,6 +12,7 @@ import (
 )
 
 func TestZZStressTwoClients(t *testing.T) {
+	skipShort(t)
 	servers := redistest.StartN(t, 5)
 	urls := redistest.URLs(servers)
 	mk := func(nt time.Duration) *redlock.Client {

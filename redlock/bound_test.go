@@ -58,6 +58,7 @@ func wantNoSecondHolder(t *testing.T, b *Client, la *Lock) {
 // 0 for its own ttl only, it would win nodes 0 and 2 once the stray expired, while A's
 // lock (renewals inconclusive: node 0 out, node 2 not ours) was still valid.
 func TestQuarantineCoversOtherClientsTTL(t *testing.T) {
+	skipShort(t)
 	servers := redistest.StartN(t, 3)
 	optA := fastOptions()
 	optA.TTL = 3 * time.Second
@@ -83,6 +84,7 @@ func TestQuarantineCoversOtherClientsTTL(t *testing.T) {
 // The same for a brand-new client (a Caddy start or reload) that never saw the restart:
 // the young-node hold-back uses the bound the nodes remember, not the new client's ttl.
 func TestYoungNodeHoldBackCoversOtherClientsTTL(t *testing.T) {
+	skipShort(t)
 	servers := redistest.StartN(t, 3)
 	optA := fastOptions()
 	optA.TTL = 3 * time.Second
@@ -124,6 +126,7 @@ func TestAcquireAboveMaxTTLRefused(t *testing.T) {
 // replaced by the next announcement; nor is a value without an expiry, which would
 // freeze restarted nodes out for good. A sane bound with an expiry is followed.
 func TestBoundReadingsAreSane(t *testing.T) {
+	skipShort(t)
 	for _, tc := range []struct {
 		name   string
 		stored string

@@ -58,6 +58,7 @@ func TestCloseDuringFailedRoundGivesBack(t *testing.T) {
 // (Found by review: shutdown went on once earlier calls had landed, and the lock
 // expired under its holder.)
 func TestCloseDuringWinningRoundKeepsTheLock(t *testing.T) {
+	skipShort(t)
 	servers := redistest.StartN(t, 3)
 	opt := fastOptions()
 	opt.NodeTimeout = time.Second
@@ -142,6 +143,7 @@ func TestCloseDuringWinningRoundKeepsTheLock(t *testing.T) {
 // a ttl; a round sent just after Close failed on the closed batchers, and Acquire said
 // *UnavailableError, which a locker with on_unavailable bypass takes for an outage.)
 func TestCloseRacingAcquireLeavesNothing(t *testing.T) {
+	skipShort(t)
 	servers := redistest.StartN(t, 3)
 	opt := fastOptions()
 	opt.HealthInterval = 0

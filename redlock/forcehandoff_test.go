@@ -19,6 +19,7 @@ import (
 // way: a lock Acquire returned that is not marked lost has its value on a quorum of
 // nodes (else it is "valid while its keys are gone").
 func TestForceReleaseVsAcquire(t *testing.T) {
+	skipShort(t)
 	for _, nopipe := range []bool{false, true} {
 		servers := redistest.StartN(t, 3)
 		opt := fastOptions()
@@ -88,6 +89,7 @@ func TestForceReleaseVsAcquire(t *testing.T) {
 // "released", so ForceRelease's markLost is a no-op) and its handTo (forcing is back to
 // 0) deletes the value, and the lock is then handed on as valid.
 func TestForceReleaseDuringHandoff(t *testing.T) {
+	skipShort(t)
 	servers := redistest.StartN(t, 3)
 	opt := fastOptions()
 	c := newTestClient(t, servers, opt)

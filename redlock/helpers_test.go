@@ -105,3 +105,12 @@ func isUnavailable(err error) bool {
 	_, ok := errors.AsType[*UnavailableError](err)
 	return ok
 }
+
+// skipShort skips a multi-second scenario in the quick inner loop (go test -short);
+// `make test` and CI run everything.
+func skipShort(t *testing.T) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("a multi-second scenario: skipped with -short")
+	}
+}

@@ -113,6 +113,7 @@ func TestNodesReportHealth(t *testing.T) {
 // A client closed while it holds a lock (a config reload) keeps renewing it until it is
 // released, refuses new acquires, and shuts down after the last release.
 func TestCloseWhileHolding(t *testing.T) {
+	skipShort(t)
 	servers := redistest.StartN(t, 3)
 	opt := fastOptions()
 	opt.TTL = 700 * time.Millisecond

@@ -14,6 +14,7 @@ import (
 
 // A lock renewed by KeepAlive stays held for 5 x ttl.
 func TestKeepAliveHoldsPastTTL(t *testing.T) {
+	skipShort(t)
 	servers := redistest.StartN(t, 3)
 	opt := fastOptions()
 	opt.TTL = 600 * time.Millisecond

@@ -249,6 +249,7 @@ func TestHandoffFencingTokensIncrease(t *testing.T) {
 // renewed: KeepAlive continues the predecessor's schedule. Were it to start over at each
 // handoff, no renewal would ever run and the chain would end when validity ran low.
 func TestHandoffChainKeepsRenewing(t *testing.T) {
+	skipShort(t)
 	servers := redistest.StartN(t, 3)
 	opt := fastOptions()
 	opt.TTL = 900 * time.Millisecond
@@ -346,6 +347,7 @@ func TestHandoffStreaksAreFairAcrossClients(t *testing.T) {
 // paused so that every renewal takes a node timeout; Release comes while the first
 // renewal after the deletes is on its way.
 func TestNoHandoffOfLockFoundGoneByRenewalInFlight(t *testing.T) {
+	skipShort(t)
 	servers := redistest.StartN(t, 3)
 	opt := fastOptions()
 	opt.NodeTimeout = time.Second

@@ -14,6 +14,7 @@ import (
 // accepts connections but never answers), a minority down still acquires and a majority
 // down reports unavailable, bounded by the node timeout, with no key left on live nodes.
 func TestQuorumWithNodesDownOrPaused(t *testing.T) {
+	skipShort(t)
 	for _, n := range []int{1, 3, 5} {
 		for _, mode := range []string{"killed", "paused"} {
 			for down := 0; down <= n; down++ {

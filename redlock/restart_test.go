@@ -71,6 +71,7 @@ func TestRestartedNodesDoNotVoteDuringQuarantine(t *testing.T) {
 // node 0 restarts empty. Were new client B to count node 0's vote, nodes 0, 3 and 4 would
 // give it the key A holds. Node 0's uptime gives it away: it is held back like a restart.
 func TestNewClientHoldsBackYoungNode(t *testing.T) {
+	skipShort(t)
 	servers := redistest.StartN(t, 5)
 	opt := fastOptions()
 	a := newTestClient(t, servers, opt)

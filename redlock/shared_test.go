@@ -168,6 +168,7 @@ func TestSharedWaitingWriterKeepsNewReadersOut(t *testing.T) {
 // reader kept alive holds it for as long as it renews, and the key's expiry follows the
 // longest-lived reader, not the last one to come.
 func TestSharedReaderEntriesExpireOnTheirOwn(t *testing.T) {
+	skipShort(t)
 	servers := redistest.StartN(t, 3)
 	opt := fastOptions()
 	opt.TTL = 600 * time.Millisecond
@@ -328,6 +329,7 @@ func TestSharedMutualExclusion(t *testing.T) {
 // After the join window, readers take entries of their own again (so that a waiting
 // writer's mark, which only Redis knows, can stop them).
 func TestSharedReadersOfOneClientShareTheEntry(t *testing.T) {
+	skipShort(t)
 	servers := redistest.StartN(t, 3)
 	c := newTestClient(t, servers, fastOptions())
 	r1 := mustAcquire(t, c, "doc", read)

@@ -19,6 +19,7 @@ import (
 // acquisition: no other holder's lock is still valid (two holders), and the token is
 // above every token handed out before (fencing order).
 func TestStressHoldersAndTokens(t *testing.T) {
+	skipShort(t)
 	dur := 4 * time.Second
 	if s := os.Getenv("REDLOCK_STRESS_SECONDS"); s != "" {
 		n, _ := strconv.Atoi(s)

@@ -100,6 +100,7 @@ func TestReserveDoesNotDriftAhead(t *testing.T) {
 // and a rolling restart of every node without data (each waited out past its quarantine)
 // still gives a larger token than every token before it.
 func TestTokensAfterRollingRestart(t *testing.T) {
+	skipShort(t)
 	servers := redistest.StartN(t, 3)
 	opt := fastOptions()
 	opt.TTL = 500 * time.Millisecond // short quarantine
