@@ -13,38 +13,37 @@ import (
 	"github.com/caddy-redlock/caddy-redlock/internal/redistest"
 )
 
-// fipsNodesEnv hands the child test its nodes' URLs (space-separated), and tells it that
-// it runs as TestFIPSOnly's child.
+// fipsNodesEnv hands the child process its nodes' URLs (space-separated), and tells
+// TestFIPSOnly that it runs as its own child.
 const fipsNodesEnv = "REDLOCK_FIPS_TEST_NODES"
 
 // The package works in FIPS 140-only mode, where computing SHA-1 in Go panics (digest.go).
-// GODEBUG=fips140 is read when a process starts, so this test runs TestFIPSOnlyChild in
-// a new process of this test binary with GODEBUG=fips140=only, on nodes it started. The
-// whole binary runs in that mode: a package init that hashes (go-redis's NewScript did)
-// fails the child before any test.
+// GODEBUG=fips140 is read when a process starts, so this test runs itself again in a new
+// process of this test binary with GODEBUG=fips140=only, on nodes it started, and the
+// child exercises the package (fipsChild). The whole binary runs in that mode: a package
+// init that hashes (go-redis's NewScript did) fails the child before any test.
 func TestFIPSOnly(t *testing.T) {
+	if nodes := os.Getenv(fipsNodesEnv); nodes != "" {
+		fipsChild(t, strings.Fields(nodes))
+		return
+	}
 	servers := redistest.StartN(t, 3)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestFIPSOnlyChild$", "-test.v", "-test.count=1")
+	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestFIPSOnly$", "-test.v", "-test.count=1")
 	cmd.Env = append(os.Environ(), "GODEBUG=fips140=only", fipsNodesEnv+"="+strings.Join(redistest.URLs(servers), " "))
 	out, err := cmd.CombinedOutput()
-	if err != nil || !strings.Contains(string(out), "--- PASS: TestFIPSOnlyChild") {
+	if err != nil || !strings.Contains(string(out), "--- PASS: TestFIPSOnly (") {
 		t.Fatalf("child under GODEBUG=fips140=only: %v\n%s", err, out)
 	}
 }
 
-// TestFIPSOnlyChild is run by TestFIPSOnly, in FIPS 140-only mode: every kind of lock,
-// with fencing, renewal, release notices, force release, and after SCRIPT FLUSH.
-func TestFIPSOnlyChild(t *testing.T) {
-	nodes := os.Getenv(fipsNodesEnv)
-	if nodes == "" {
-		t.Skip("run by TestFIPSOnly")
-	}
+// fipsChild is TestFIPSOnly in its child process, in FIPS 140-only mode: every kind of
+// lock, with fencing, renewal, release notices, force release, and after SCRIPT FLUSH.
+func fipsChild(t *testing.T, urls []string) {
 	if !fips140.Enforced() {
 		t.Fatal("not in FIPS 140-only mode: is GODEBUG=fips140=only set?")
 	}
-	urls := strings.Fields(nodes)
 	exerciseFeatures(t, urls, notifyOptions()) // plain, fencing, renewal, notices, shared, force release
 	c, err := New(urls, fastOptions())
 	if err != nil {
