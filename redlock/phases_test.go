@@ -2,6 +2,7 @@ package redlock
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -54,21 +55,9 @@ func TestSharedWriterWaitsOnlyForReadersInside(t *testing.T) {
 			time.Sleep(joinWindow) // a join window at most (a round trip): not the old 100ms
 			// Late readers of the group's own client, while the first reader still reads.
 			var wg sync.WaitGroup
-			var mu sync.Mutex
-			var readersAt []int32
+			var readersAt readerLog
 			for range 5 {
-				wg.Go(func() {
-					l, err := c.Acquire(context.Background(), "doc", AcquireOptions{Shared: true, Wait: 10 * time.Second})
-					if err != nil {
-						t.Errorf("late reader: %v", err)
-						return
-					}
-					mu.Lock()
-					readersAt = append(readersAt, order.Add(1))
-					mu.Unlock()
-					time.Sleep(20 * time.Millisecond)
-					_ = l.Release(context.Background())
-				})
+				startReader(t, &wg, c, "doc", &order, 20*time.Millisecond, &readersAt)
 				time.Sleep(2 * time.Millisecond)
 			}
 			time.Sleep(20 * time.Millisecond)
@@ -77,7 +66,7 @@ func TestSharedWriterWaitsOnlyForReadersInside(t *testing.T) {
 			}
 			wg.Wait()
 			if w := <-writerAt; w != 1 {
-				t.Fatalf("writer came %d-th, late readers %v: readers that came after the writer went first", w, readersAt)
+				t.Fatalf("writer came %d-th, late readers %v: readers that came after the writer went first", w, &readersAt)
 			}
 		})
 	}
@@ -161,21 +150,9 @@ func TestSharedWriterReleaseLetsWaitingReadersFirst(t *testing.T) {
 	})
 	const readers = 3
 	var wg sync.WaitGroup
-	var mu sync.Mutex
-	var readersAt []int32
+	var readersAt readerLog
 	for range readers {
-		wg.Go(func() {
-			l, err := c.Acquire(context.Background(), "doc", AcquireOptions{Shared: true, Wait: 10 * time.Second})
-			if err != nil {
-				t.Errorf("reader: %v", err)
-				return
-			}
-			mu.Lock()
-			readersAt = append(readersAt, order.Add(1))
-			mu.Unlock()
-			time.Sleep(20 * time.Millisecond)
-			_ = l.Release(context.Background())
-		})
+		startReader(t, &wg, c, "doc", &order, 20*time.Millisecond, &readersAt)
 	}
 	eventually(t, "readers waiting", func() bool { return c.readers.readersWait("doc") })
 	time.Sleep(50 * time.Millisecond)
@@ -183,6 +160,35 @@ func TestSharedWriterReleaseLetsWaitingReadersFirst(t *testing.T) {
 	wg.Wait()
 	got := <-w2At
 	if got == 1 {
-		t.Fatalf("the next writer went first (order %d, readers %v): handed on past waiting readers", got, readersAt)
+		t.Fatalf("the next writer went first (order %d, readers %v): handed on past waiting readers", got, &readersAt)
 	}
+}
+
+// readerLog records the order in which readers got a key (order.Add(1) at each grant).
+type readerLog struct {
+	mu sync.Mutex
+	at []int32
+}
+
+func (r *readerLog) String() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return fmt.Sprint(r.at)
+}
+
+// startReader starts a reader of c on key (wait 10 s) that records its turn in log and
+// holds the key for hold.
+func startReader(t *testing.T, wg *sync.WaitGroup, c *Client, key string, order *atomic.Int32, hold time.Duration, log *readerLog) {
+	wg.Go(func() {
+		l, err := c.Acquire(context.Background(), key, AcquireOptions{Shared: true, Wait: 10 * time.Second})
+		if err != nil {
+			t.Errorf("reader: %v", err)
+			return
+		}
+		log.mu.Lock()
+		log.at = append(log.at, order.Add(1))
+		log.mu.Unlock()
+		time.Sleep(hold)
+		_ = l.Release(context.Background())
+	})
 }

@@ -130,21 +130,9 @@ func TestSharedReadersGoBeforeOtherClientsWriter(t *testing.T) {
 		w1 := mustAcquire(t, wa, "doc", AcquireOptions{Wait: 10 * time.Second})
 		var order atomic.Int32
 		var wg sync.WaitGroup
-		var mu sync.Mutex
-		var readersAt []int32
+		var readersAt readerLog
 		for range readers {
-			wg.Go(func() {
-				l, err := rb.Acquire(context.Background(), "doc", AcquireOptions{Shared: true, Wait: 10 * time.Second})
-				if err != nil {
-					t.Errorf("reader: %v", err)
-					return
-				}
-				mu.Lock()
-				readersAt = append(readersAt, order.Add(1))
-				mu.Unlock()
-				time.Sleep(hold)
-				_ = l.Release(context.Background())
-			})
+			startReader(t, &wg, rb, "doc", &order, hold, &readersAt)
 		}
 		w2At := make(chan int32, 1)
 		w2Waited := make(chan time.Duration, 1)
@@ -172,7 +160,7 @@ func TestSharedReadersGoBeforeOtherClientsWriter(t *testing.T) {
 		}
 		wg.Wait()
 		if got := <-w2At; got != readers+1 {
-			t.Fatalf("round %d: the other client's writer came %d-th, readers %v: waiting readers did not all go first", round, got, readersAt)
+			t.Fatalf("round %d: the other client's writer came %d-th, readers %v: waiting readers did not all go first", round, got, &readersAt)
 		}
 		// Bounded: the readers' work plus the turn and a few round trips (loose for -race).
 		if after := time.Since(released); after > time.Second {
