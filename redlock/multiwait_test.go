@@ -27,15 +27,7 @@ func TestAcquireAllKeepsEarlierKeysWhileWaitingLong(t *testing.T) {
 	if err := busy.KeepAlive(300*time.Millisecond, 0); err != nil {
 		t.Fatal(err)
 	}
-	type result struct {
-		locks []*Lock
-		err   error
-	}
-	done := make(chan result, 1)
-	go func() {
-		ls, err := a.AcquireAll(ctx, []string{"a", "z"}, AcquireOptions{Wait: 10 * time.Second})
-		done <- result{ls, err}
-	}()
+	done := acquireAllLater(a, []string{"a", "z"}, 10*time.Second)
 	// "a" is taken first, "z" is busy for 3 ttls: meanwhile "a" stays held by the same
 	// lock (its value never changes: it did not lapse and was not taken again), and
 	// nobody else may take it.
@@ -87,15 +79,7 @@ func TestAcquireAllRetakesASetWhoseEarlierKeyWasLost(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	type result struct {
-		locks []*Lock
-		err   error
-	}
-	done := make(chan result, 1)
-	go func() {
-		ls, err := a.AcquireAll(ctx, []string{"a", "z"}, AcquireOptions{Wait: 5 * time.Second})
-		done <- result{ls, err}
-	}()
+	done := acquireAllLater(a, []string{"a", "z"}, 5*time.Second)
 	eventually(t, "a held by the set", func() bool { return a.holding("a") != nil })
 	if _, err := a.ForceRelease(ctx, "a"); err != nil {
 		t.Fatal(err)
@@ -118,4 +102,21 @@ func TestAcquireAllRetakesASetWhoseEarlierKeyWasLost(t *testing.T) {
 	for _, l := range r.locks {
 		_ = l.Release(ctx)
 	}
+}
+
+// setResult is what an AcquireAll returned.
+type setResult struct {
+	locks []*Lock
+	err   error
+}
+
+// acquireAllLater runs AcquireAll of keys in the background; its result arrives on the
+// channel.
+func acquireAllLater(c *Client, keys []string, wait time.Duration) <-chan setResult {
+	done := make(chan setResult, 1)
+	go func() {
+		ls, err := c.AcquireAll(context.Background(), keys, AcquireOptions{Wait: wait})
+		done <- setResult{ls, err}
+	}()
+	return done
 }
