@@ -49,7 +49,7 @@ func (c *Client) acquire(ctx context.Context, key string, o AcquireOptions, seve
 		}
 	} else {
 		var handed *Lock
-		k.q, handed, queued, err = c.queues.turn(waitCtx, key, waiter{ttl: ttl, fencing: o.Fencing, mode: k.mode, since: start})
+		k.turn, handed, queued, err = c.queues.take(waitCtx, key, waiter{ttl: ttl, fencing: o.Fencing, mode: k.mode, since: start})
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil, ctx.Err()
@@ -57,7 +57,7 @@ func (c *Client) acquire(ctx context.Context, key string, o AcquireOptions, seve
 			return nil, k.busy(0, 0)
 		}
 		if handed != nil {
-			if handed.keep() {
+			if handed.keep(&k.turn) {
 				return handed, nil
 			}
 			// Force released before we took it: the turn is ours, the lock is not.
@@ -76,11 +76,10 @@ func (c *Client) acquire(ctx context.Context, key string, o AcquireOptions, seve
 	if err == nil && o.Shared {
 		c.readers.open(l)
 	}
-	if k.q != nil && (err != nil || len(k.slots) > 1) {
-		// A limited key's holder does not keep the line: the next local waiter tries
-		// the other places at once (limit.go).
-		c.queues.done(k.q, false)
-	}
+	// Unless the lock took the turn (keep), it is still ours: a failed wait, or a limited
+	// key, whose holder does not keep the line (the next local waiter tries the other
+	// places at once: limit.go).
+	k.turn.pass(false)
 	return l, err
 }
 
@@ -124,7 +123,7 @@ type contention struct {
 	c       *Client
 	ctx     context.Context // the caller's
 	waitCtx context.Context // ctx, ending when the wait runs out
-	q       *keyQueue       // the key's local line; nil for a reader
+	turn    *turn           // the key's turn in the local line until a lock kept takes it; nil for a reader
 	slots   []names         // where the lock may be taken: one, or a limited key's places (limit.go)
 	key     string
 	owner   string // the random prefix of every value this call writes
@@ -142,8 +141,8 @@ func (k *contention) busy(attempts int, retryAfter time.Duration) error {
 // watch starts watching the key's release notices (every place of a limited key shares
 // the channel), through the local line's shared watch when there is one.
 func (k *contention) watch() {
-	if k.q != nil {
-		k.w = k.c.queues.ensureWatch(k.q, k.c.notices, k.slots[0].channel)
+	if k.turn != nil {
+		k.w = k.turn.ensureWatch(k.c.notices, k.slots[0].channel)
 	} else {
 		k.w = k.c.notices.watch(k.slots[0].channel)
 	}
@@ -155,14 +154,14 @@ func (k *contention) watch() {
 func (k *contention) run() (*Lock, error) {
 	c := k.c
 	k.owner = rand.Text() + ":" // 130 random bits: values must be unguessable (they allow release)
-	if k.q == nil {
+	if k.turn == nil {
 		defer func() {
 			if k.w != nil {
 				k.w.unwatch()
 			}
 		}()
 	}
-	if k.q != nil && c.queues.takeYield(k.q) {
+	if k.turn != nil && k.turn.takeYield() {
 		// Our release just reached other clients' waiters: give them the first go, so
 		// that instances take turns. Bounded: if none of them takes the key, we try.
 		k.watch()
@@ -228,11 +227,7 @@ func (k *contention) try(attempt int) (l *Lock, res attemptResult, retry bool) {
 	if res.validity <= 0 {
 		return nil, res, res.closed // closed: run says ErrClosed
 	}
-	lq := k.q
-	if len(k.slots) > 1 {
-		lq = nil // a place of a limited key: no line kept, no handoff
-	}
-	l = c.newLock(got, k.key, k.owner+strconv.Itoa(attempt), k.ttl, k.fencing, k.mode, k.start, attempt, lq, res)
+	l = c.newLock(got, k.key, k.owner+strconv.Itoa(attempt), k.ttl, k.fencing, k.mode, k.start, attempt, res)
 	if l == nil {
 		return nil, res, true // the client shut down meanwhile: run sees it closed
 	}
@@ -240,7 +235,11 @@ func (k *contention) try(attempt int) (l *Lock, res attemptResult, retry bool) {
 	// holder registered (ForceRelease marks the holder lost) and deleted our SETs: the
 	// lock cannot be trusted. Give it up and, while the wait lasts, try again (the key
 	// was just freed).
-	if !c.queues.forcedSince(k.key, forces) && l.keep() {
+	line := &k.turn
+	if len(k.slots) > 1 {
+		line = nil // a place of a limited key: no line kept, no handoff
+	}
+	if !c.queues.forcedSince(k.key, forces) && l.keep(line) {
 		return l, res, false
 	}
 	c.abandon(l)
@@ -264,9 +263,9 @@ func sleep(ctx context.Context, d time.Duration, wake <-chan struct{}) {
 // newLock registers the lock a successful round took, or gives it back and returns nil
 // when the client shut down while the round was out.
 func (c *Client) newLock(nm names, key, value string, ttl time.Duration, fencing bool, m mode, start time.Time,
-	attempt int, q *keyQueue, res attemptResult) *Lock {
+	attempt int, res attemptResult) *Lock {
 	l := &Lock{c: c, nm: nm, key: key, value: value, ttl: ttl, token: res.token, fencing: fencing, mode: m,
-		acquiredAt: start, attempts: attempt, waited: attempt > 1, q: q, settled: res.settled, provisional: true}
+		acquiredAt: start, attempts: attempt, waited: attempt > 1, settled: res.settled, state: provisional}
 	if fencing {
 		l.tokenMax = res.token + res.reserve
 	}
@@ -281,27 +280,15 @@ func (c *Client) newLock(nm names, key, value string, ttl time.Duration, fencing
 	return l
 }
 
-// keep ends a lock's provisional state (newLock, handoff) as its Acquire returns it,
-// unless a force release already marked it lost or released it: then it is given up
-// (abandon) like one the force release began too late to mark. The key's turn stays with
-// the Acquire until here, whoever released the lock; from here on the lock carries it,
-// and its release (whoever runs it, once) passes it on.
-func (l *Lock) keep() bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.released || l.lostErr != nil {
-		return false
-	}
-	l.provisional = false
-	return true
-}
-
 // abandon gives up a lock just taken that cannot be trusted, without giving up the
 // key's turn in the local queue: it is marked lost, unregistered, and its value deleted
 // on every node in the background (after its round's late replies without pipelining,
 // as in giveBack).
 func (c *Client) abandon(l *Lock) {
-	l.markLost(LostForceReleased)
+	l.mu.Lock()
+	l.markLostLocked(&LostError{Key: l.key, Reason: LostForceReleased})
+	l.moveLocked(released) // unless a force release's Release of it is under way
+	l.mu.Unlock()
 	c.pending.add(1)
 	c.goBackground(func() {
 		defer c.pending.done()

@@ -18,7 +18,8 @@
 //	client.go, options.go        Client, Options and their defaults and ranges; Close
 //	acquire.go, round.go         Acquire: the local line, then rounds on all nodes; a round's tally
 //	mode.go, handoff.go          what a lock was asked for; handing a released lock to a local waiter
-//	queue.go                     the local line per key: who owns the key's turn, who waits
+//	state.go                     a lock's states and the only moves between them; keep
+//	queue.go                     the local line per key, and its turn: a value spent once
 //	lock.go, renew.go            a held lock: validity, Context, Release, HandOver; batched renewals
 //	limit.go, multi.go           limit n (places), several keys (AcquireAll)
 //	readgroup.go                 shared readers of one client sharing one entry
@@ -33,21 +34,30 @@
 //	errhint.go, probe.go         ConfigError and its hints; the permission probe
 //	errors.go, names.go          the error types; the names of everything in Redis
 //
-// A lock's life: a round takes it (provisional: its Acquire has not kept it yet, and
-// owns the key's turn meanwhile), Acquire keeps it (held: renewed by KeepAlive, watched
-// through Context), and it ends released (Release, or HandOver to a local waiter, which
-// gets a new provisional Lock for the same value in Redis) or lost (a *LostError:
-// expired, taken, vanished, max_hold, force released; then released). The key's turn in
-// the local line passes to the next waiter exactly once per holder: with a handed lock,
-// or by done when the lock is released in Redis (a provisional lock released by a force
-// release leaves the turn with its Acquire).
+// A lock's life is one field, Lock.state (state.go), with its moves in one table:
+// a round takes it (provisional: its Acquire has not kept it yet, and owns the key's
+// turn meanwhile), Acquire keeps it (held: renewed by KeepAlive, watched through
+// Context; keep moves the turn into it), Release or HandOver begin its end (releasing:
+// no renewal from here), and it ends handed on (to a local waiter, which gets a new
+// provisional Lock for the same value in Redis), released (deleted in Redis, or given up
+// by abandon), or unreleased until the next Release when HandOver found no waiter after
+// all. Whether it can still be trusted is the other field, Lock.cause: nil, then the
+// first *LostError (expired, taken, vanished, max_hold, force released) or ErrReleased,
+// the cause its Context reports. The key's turn in the local line is a value (queue.go,
+// turn) that one owner at a time holds, and it is spent once: by pass (to the next
+// waiter, or the line is freed) or by handTo (with the lock), so it goes on at most once
+// per holder whatever order a release, a force release and a handoff run in. A lock a
+// force release ends while provisional never got the turn: its Acquire keeps it and
+// contends again.
 //
 // Lock order: a goroutine holding one of these mutexes takes only those listed after it,
-// never one before. readGroups.mu, then queues.mu, then notifier.mu (a line's release
-// notices); queues.mu and readGroups.mu, then Client.heldMu and Lock.mu; renewer.mu, then
-// Lock.mu; Client.shutMu, then heldMu and bgMu. Lock.mu, heldMu, node.mu, probeState.mu,
-// batcher.mu and round.mu are leaves: nothing is taken under them (a Lock's context is
-// cancelled under Lock.mu, and context.AfterFunc callbacks run on their own goroutines).
+// never one before. readGroups.mu, then queues.mu (which also guards every turn), then
+// notifier.mu (a line's release notices); queues.mu and readGroups.mu, then
+// Client.heldMu and Lock.mu (a handoff registers the next lock under queues.mu);
+// renewer.mu, then Lock.mu (the renewer reads a lock's state); Client.shutMu, then
+// heldMu and bgMu. Lock.mu, heldMu, node.mu, probeState.mu, batcher.mu and round.mu are
+// leaves: nothing is taken under them (a Lock's context is cancelled under Lock.mu, and
+// context.AfterFunc callbacks run on their own goroutines).
 //
 // # Protocol
 //

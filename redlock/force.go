@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 )
 
@@ -84,6 +85,20 @@ func (c *Client) ForceRelease(ctx context.Context, key string) (ForceResult, err
 		return res, fmt.Errorf("redlock: force release %q: %d node(s) failed: %w", key, len(res.Nodes)-res.Answered, errors.Join(errs...))
 	}
 	return res, nil
+}
+
+// forceBook is the force releases' bookkeeping, kept in queues (under queues.mu) because
+// a handoff checks it in the same step as it hands the turn on (turn.handTo).
+type forceBook struct {
+	// forcing counts the force releases under way per key: no handoff meanwhile.
+	forcing map[string]int
+	// forceSeq numbers force releases; forced remembers, per key, the latest one for
+	// forcedMemory, so that an acquire round can tell whether a force on its key began
+	// since the round did (forcedSince).
+	// Both atomics are written under queues.mu, and read without it on the hot path
+	// (every acquire round and release asks): forcingN counts force releases under way.
+	forceSeq, forcingN atomic.Uint64
+	forced             map[string]forceMark
 }
 
 type forceMark struct {

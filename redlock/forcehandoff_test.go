@@ -174,14 +174,14 @@ func TestForceReleaseLeavesTheTurnWithTheAcquire(t *testing.T) {
 	const key = "turn"
 	ttl := 2 * time.Second
 	// The first caller owns the turn and its round just won (as in tryOnce and try).
-	q, _, _, err := c.queues.turn(ctx, key, waiter{ttl: ttl, since: time.Now()})
+	tn, _, _, err := c.queues.take(ctx, key, waiter{ttl: ttl, since: time.Now()})
 	if err != nil {
 		t.Fatal(err)
 	}
 	settled := make(chan struct{})
 	close(settled)
 	c.pending.add(1) // the round's count, which newLock ends
-	l := c.newLock(c.names(key), key, "first:1", ttl, false, mode{}, time.Now(), 1, q,
+	l := c.newLock(c.names(key), key, "first:1", ttl, false, mode{}, time.Now(), 1,
 		attemptResult{validity: time.Second, roundStart: time.Now(), settled: settled})
 	// A second caller queues behind it.
 	got := acquireLater(ctx, c, key)
@@ -194,11 +194,11 @@ func TestForceReleaseLeavesTheTurnWithTheAcquire(t *testing.T) {
 		t.Fatalf("the queued Acquire ran (%v) while the first still owned the key's turn", err)
 	case <-time.After(300 * time.Millisecond):
 	}
-	if l.keep() {
-		t.Fatal("kept a lock that a force release marked lost")
+	if l.keep(&tn) || tn == nil {
+		t.Fatal("kept a lock that a force release marked lost, or gave it the turn")
 	}
 	c.abandon(l)
-	c.queues.done(q, false) // the first caller gives the turn back
+	tn.pass(false) // the first caller gives the turn back
 	select {
 	case err := <-got:
 		if err != nil {
@@ -247,6 +247,7 @@ func TestForceReleaseOfAHandedLockLeavesTheTurnWithItsWaiter(t *testing.T) {
 	w := waiter{ch: make(chan struct{}), ttl: ttl, since: time.Now()}
 	q.waiters = append(q.waiters, w)
 	q.refs++
+	tn := &turn{qs: c.queues, q: q} // the waiter's turn, as take makes it
 	c.queues.mu.Unlock()
 	if err := held.Release(ctx); err != nil {
 		t.Fatal(err)
@@ -268,12 +269,12 @@ func TestForceReleaseOfAHandedLockLeavesTheTurnWithItsWaiter(t *testing.T) {
 	}
 	// The waiter takes what it was handed: a force-released lock, which it gives up,
 	// keeping the turn; it then gives the turn back.
-	handed := c.queues.takeHanded(q)
-	if handed == nil || handed.keep() {
+	handed := tn.takeHanded()
+	if handed == nil || handed.keep(&tn) || tn == nil {
 		t.Fatalf("took %v, want a force-released lock that is not kept", handed)
 	}
 	c.abandon(handed)
-	c.queues.done(q, false)
+	tn.pass(false)
 	select {
 	case err := <-got:
 		if err != nil {

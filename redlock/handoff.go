@@ -39,30 +39,38 @@ func (c *Client) handoff(l *Lock, forces uint64) bool {
 		return false
 	}
 	// Provisional until its waiter takes it (Acquire, keep): a force release meanwhile
-	// must leave the turn with that waiter, which then contends for the key itself.
+	// leaves the turn with that waiter (take returned it), which then contends for the
+	// key itself.
 	next := &Lock{c: c, nm: l.nm, key: l.key, value: l.value, ttl: l.ttl, fencing: l.fencing, mode: l.mode,
-		tokenMax: l.tokenMax, q: l.q, settled: l.settled, streak: l.streak + 1, handed: true, waited: true,
-		provisional: true}
+		tokenMax: l.tokenMax, settled: l.settled, streak: l.streak + 1, handed: true, waited: true,
+		state: provisional}
 	if l.fencing {
 		next.token = l.token + 1
 	}
-	return c.queues.handTo(l.q, next, forces, suits(l), func(w waiter) {
+	if !l.turn.handTo(next, forces, suits(l), func(w waiter) {
 		next.acquiredAt = w.since
 		next.startUntil(until)
 		c.replaceHeld(l, next)
-	})
+	}) {
+		return false
+	}
+	l.move(handedOn)
+	return true
 }
 
 // handoffAllowed applies the rules above to l and returns its validity end.
 func (c *Client) handoffAllowed(l *Lock) (until time.Time, ok bool) {
 	limit := c.opt.HandoffLimit
 	// Readers of this client waiting for the key go next (readgroup.go, phases).
-	if l.q == nil || limit <= 0 || l.streak >= limit || (l.fencing && l.token >= l.tokenMax) || c.readers.readersWait(l.key) {
+	if limit <= 0 || l.streak >= limit || (l.fencing && l.token >= l.tokenMax) || c.readers.readersWait(l.key) {
 		return until, false
 	}
 	l.mu.Lock()
-	until = l.until
+	until, line := l.until, l.turn != nil // a lock without a line (or not kept) is never handed on
 	l.mu.Unlock()
+	if !line {
+		return until, false
+	}
 	// The next holder starts with what is left; keep it a fair part of a fresh lock so
 	// that its first renewal, scheduled from the last one, is not already late.
 	return until, time.Until(until) >= l.ttl/2
@@ -80,7 +88,7 @@ func (c *Client) handoffLikely(l *Lock) bool {
 	if _, ok := c.handoffAllowed(l); !ok || l.err() != nil {
 		return false
 	}
-	return c.queues.headAccepts(l.q, suits(l))
+	return l.turn.headAccepts(suits(l))
 }
 
 // handoffReserve is how many tokens above its own an acquire with fencing asks the nodes

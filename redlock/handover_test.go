@@ -138,15 +138,12 @@ func TestReleaseAfterFailedHandOverDeletesInRedis(t *testing.T) {
 	if !c.renewer.stopIfIdle(l) {
 		t.Fatal("no renewal should be in flight")
 	}
-	l.mu.Lock()
-	l.released = true
-	l.mu.Unlock()
 	if !l.endLocally() {
 		t.Fatal("the lock was held")
 	}
-	l.mu.Lock()
-	l.pendingRelease = true
-	l.mu.Unlock()
+	if !l.move(unreleased) {
+		t.Fatal("releasing -> unreleased refused")
+	}
 
 	if err := l.Release(context.Background()); err != nil {
 		t.Fatalf("Release of a pending lock: %v", err)

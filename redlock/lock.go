@@ -21,7 +21,6 @@ type Lock struct {
 	mode       mode      // what the acquire asked for: handed on only to the same (mode.go)
 	acquiredAt time.Time // when Acquire was called
 	attempts   int
-	q          *keyQueue
 	settled    <-chan struct{} // the winning round's stragglers have replied
 	streak     int             // handoffs since the lock was last taken in Redis
 	handed     bool            // it came from the previous local holder, not from Redis
@@ -31,17 +30,14 @@ type Lock struct {
 	until    time.Time // validity ends (monotonic)
 	renewals int
 	waited   bool // the acquire found the key held and waited (LockInfo.Waited)
-	released bool
-	// provisional: a round just took the lock, or a holder just handed it on, and the
-	// Acquire it is for has not kept it yet (it may still give it up, and owns the key's
-	// turn either way): a Release meanwhile, by ForceRelease, must not pass that turn
-	// on (acquire.go, keep).
-	provisional bool
-	// pendingRelease: HandOver released the lock here but could not hand it on; the
-	// next Release deletes it in Redis.
-	pendingRelease bool
-	lostErr        error
-	// done is cancelled, with lostErr as its cause, the moment the lock is lost or
+	// state is where the lock is in its life, cause why it can no longer be trusted (nil
+	// while it can): state.go has both and the moves between states.
+	state lockState
+	cause error
+	// turn is the key's turn in the local line, once keep moved it here from the Acquire
+	// (nil before, and for a lock without a line: a reader, a place of a limited key).
+	turn *turn
+	// done is cancelled, with cause as its cause, the moment the lock is lost or
 	// released (Context).
 	done      context.Context
 	endDone   context.CancelCauseFunc
@@ -53,7 +49,6 @@ type Lock struct {
 	renewEvery    time.Duration
 	renewAt       time.Time
 	heapIdx       int            // index in the renewer's heap, -1 when not scheduled
-	stopped       bool           // Release was called: never schedule again
 	renewing      sync.WaitGroup // renewals of this lock in flight (a batch, or an extend)
 	renewInFlight int            // how many, readable without waiting
 }
@@ -88,7 +83,7 @@ func (l *Lock) validUntil() time.Time {
 func (l *Lock) validity() time.Duration {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.lostErr != nil || l.released {
+	if l.cause != nil || !l.state.live() {
 		return 0
 	}
 	return max(time.Until(l.until), 0)
@@ -98,7 +93,7 @@ func (l *Lock) validity() time.Duration {
 func (l *Lock) err() error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.lostErr
+	return l.cause
 }
 
 // LockInfo describes a lock at one moment (Lock.Info). It never includes the lock's
@@ -128,8 +123,8 @@ func (l *Lock) Info() LockInfo {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	i := LockInfo{Key: l.key, Token: l.token, AcquiredAt: l.acquiredAt, Attempts: l.attempts, Waited: l.waited,
-		Handed: l.handed, Renewals: l.renewals, Err: l.lostErr}
-	if l.lostErr == nil && !l.released {
+		Handed: l.handed, Renewals: l.renewals, Err: l.cause}
+	if l.cause == nil && l.state.live() {
 		i.Validity = max(time.Until(l.until), 0)
 	}
 	return i
@@ -156,7 +151,7 @@ func (l *Lock) Context(parent context.Context) (ctx context.Context, cancel cont
 
 func (l *Lock) onExpiry() {
 	l.mu.Lock()
-	if l.lostErr == nil && !time.Now().Before(l.until) {
+	if l.cause == nil && !time.Now().Before(l.until) {
 		l.markLostLocked(&LostError{Key: l.key, Reason: LostExpired})
 	}
 	l.mu.Unlock()
@@ -169,10 +164,10 @@ func (l *Lock) markLost(reason LostReason) {
 }
 
 func (l *Lock) markLostLocked(err error) {
-	if l.lostErr != nil {
+	if l.cause != nil {
 		return
 	}
-	l.lostErr = err
+	l.cause = err
 	if l.group != nil {
 		l.group.broken.Store(true)
 	}
@@ -214,13 +209,13 @@ func (l *Lock) applyExtend(start time.Time, yes, no, absent int, errs []error) e
 	if yes >= c.quorum {
 		l.mu.Lock()
 		defer l.mu.Unlock()
-		if l.lostErr != nil {
-			return l.lostErr
+		if l.cause != nil {
+			return l.cause
 		}
 		now := time.Now()
 		if !now.Before(l.until) { // too late: the lock may have lapsed in between
 			l.markLostLocked(&LostError{Key: l.key, Reason: LostExpired})
-			return l.lostErr
+			return l.cause
 		}
 		newUntil := start.Add(l.ttl - drift(l.ttl, c.opt.DriftFactor))
 		if newUntil.After(l.until) {
@@ -259,7 +254,7 @@ func (l *Lock) KeepAlive(interval, maxHold time.Duration) error {
 		l.mu.Unlock()
 		return errors.New("redlock: KeepAlive already running")
 	}
-	if l.released || l.lostErr != nil {
+	if l.cause != nil || !l.state.live() {
 		err := l.errLocked()
 		l.mu.Unlock()
 		return err
@@ -290,8 +285,8 @@ func (l *Lock) lastRenewedLocked() time.Time {
 }
 
 func (l *Lock) errLocked() error {
-	if l.lostErr != nil {
-		return l.lostErr
+	if l.cause != nil {
+		return l.cause
 	}
 	return ErrReleased
 }
@@ -303,18 +298,17 @@ func (l *Lock) errLocked() error {
 // the rest expires after the ttl.
 func (l *Lock) Release(ctx context.Context) error {
 	l.mu.Lock()
-	if l.released {
-		// Already released here; Redis still has it only if HandOver could not hand it on.
-		pending := l.pendingRelease
-		l.pendingRelease = false
+	from := l.state
+	if !l.moveLocked(releasing) {
+		// Already released here, or being released by another call.
 		l.mu.Unlock()
-		if pending {
-			return l.releaseInRedis(ctx)
-		}
 		return ErrReleased
 	}
-	l.released = true
 	l.mu.Unlock()
+	if from == unreleased {
+		// HandOver ended it here but could not hand it on: only Redis still has it.
+		return l.releaseInRedis(ctx)
+	}
 	// First wait for a renewal in flight (none may land after the delete), and only then
 	// judge whether the lock is still held: that renewal may just have found the key gone
 	// (a force release elsewhere, an expiry across a pause) and marked the lock lost, and a
@@ -340,41 +334,32 @@ func (l *Lock) HandOver() bool {
 	if !c.handoffLikely(l) || !c.renewer.stopIfIdle(l) {
 		return false // nothing changed
 	}
-	l.mu.Lock()
-	if l.released {
-		l.mu.Unlock()
-		return false
-	}
-	l.released = true
-	l.mu.Unlock()
-	// Renewals are stopped and none is in flight: the lock's state is final, as in Release
-	// after renewer.remove.
+	// stopIfIdle moved the lock to releasing with no renewal in flight: its state is
+	// final, as in Release after renewer.remove.
 	forces := c.queues.forceNow(l.key)
 	if l.endLocally() && c.handoff(l, forces) {
 		return true
 	}
-	l.mu.Lock()
-	l.pendingRelease = true // the waiter left meanwhile, or the lock was lost: Release deletes it
-	l.mu.Unlock()
+	l.move(unreleased) // the waiter left meanwhile, or the lock was lost: Release deletes it
 	return false
 }
 
-// endLocally ends the lock on this side once it is released and no renewal can run: it
+// endLocally ends the lock on this side once it is releasing and no renewal can run: it
 // stops the timers, closes Lost, and reports whether the lock was still held (not lost),
 // the condition for handing it on.
 func (l *Lock) endLocally() bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	held := l.lostErr == nil
+	trusted := l.cause == nil
 	l.expiry.Stop()
 	if l.maxHold != nil {
 		l.maxHold.Stop()
 	}
-	if l.lostErr == nil {
-		l.lostErr = ErrReleased
+	if l.cause == nil {
+		l.cause = ErrReleased
 		l.endDone(ErrReleased)
 	}
-	return held
+	return trusted
 }
 
 // releaseInRedis deletes the lock on all nodes and passes the turn to the next local
@@ -382,7 +367,8 @@ func (l *Lock) endLocally() bool {
 func (l *Lock) releaseInRedis(ctx context.Context) error {
 	c := l.c
 	if g := l.readGroup(); g != nil && !c.readers.leave(g) {
-		c.unregister(l) // other readers of this client still hold the entry
+		l.move(released) // other readers of this client still hold the entry
+		c.unregister(l)
 		return nil
 	}
 	if c.opt.DisablePipelining {
@@ -390,11 +376,15 @@ func (l *Lock) releaseInRedis(ctx context.Context) error {
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.opt.NodeTimeout)
 	defer cancel()
-	subscribed := l.q != nil && c.queues.subscribed(l.q)
-	deleted, others, errs := c.releaseOnNodes(ctx, l.nm, l.value, nil, subscribed)
+	// The turn is the lock's only if its Acquire kept it (keep, before this release
+	// began): a lock a force release released while provisional leaves it with its
+	// Acquire.
 	l.mu.Lock()
-	ownsTurn := !l.provisional
+	t := l.turn
 	l.mu.Unlock()
+	subscribed := t != nil && t.subscribed()
+	deleted, others, errs := c.releaseOnNodes(ctx, l.nm, l.value, nil, subscribed)
+	l.move(released)
 	c.unregister(l)
 	// This client ignores its own notices (its line gets the turn directly); its readers
 	// and, behind readers, its writers wait outside that line: wake them here.
@@ -402,8 +392,8 @@ func (l *Lock) releaseInRedis(ctx context.Context) error {
 	// The next local waiter goes after the keys are gone. If the notice reached other
 	// clients' waiters, it lets them go first: else, being closer, it would win every time.
 	// So it does for this client's readers waiting for the key (readgroup.go, phases).
-	if l.q != nil && ownsTurn {
-		c.queues.done(l.q, others || c.readers.readersWait(l.key))
+	if t != nil {
+		t.pass(others || c.readers.readersWait(l.key))
 	}
 	if len(errs) > len(c.nodes)-c.quorum {
 		return fmt.Errorf("redlock: release %q: %d nodes did not answer (deleted on %d); the rest expires after the ttl: %w",

@@ -3,32 +3,23 @@ package redlock
 import (
 	"context"
 	"sync"
-	"sync/atomic"
 	"time"
 )
 
 // queues serialize a process's own waiters per key: only the head of a key's queue
 // contends in Redis, the others wait here in arrival order without any Redis traffic and
-// without a goroutine of their own. The head keeps its turn while it holds the lock and
-// passes it to the next waiter on release, together with the lock itself when it can
-// (handoff.go).
+// without a goroutine of their own. The head's turn (a turn value, below) stays with the
+// lock it took while that is held and passes to the next waiter on release, together
+// with the lock itself when it can (handoff.go).
 type queues struct {
-	mu sync.Mutex
-	m  map[string]*keyQueue
-	// forcing counts the force releases under way per key: no handoff meanwhile.
-	forcing map[string]int
-	// forceSeq numbers force releases; forced remembers, per key, the latest one for
-	// forcedMemory, so that an acquire round can tell whether a force on its key began
-	// since the round did (forcedSince).
-	// Both atomics are written under mu, and read without it on the hot path (every
-	// acquire round and release asks): forcingN counts force releases under way.
-	forceSeq, forcingN atomic.Uint64
-	forced             map[string]forceMark
+	mu        sync.Mutex
+	m         map[string]*keyQueue
+	forceBook // the force releases' marks (force.go), guarded by mu
 }
 
 type keyQueue struct {
 	key       string
-	turnTaken bool     // a caller owns the turn
+	turnTaken bool     // a turn of this line is out (unspent)
 	waiters   []waiter // FIFO
 	refs      int      // owner + waiters; the queue is dropped at 0
 	watch     *watch   // release-notice subscription, while someone waits
@@ -50,24 +41,37 @@ type waiter struct {
 }
 
 func newQueues() *queues {
-	return &queues{m: map[string]*keyQueue{}, forcing: map[string]int{}, forced: map[string]forceMark{}}
+	return &queues{m: map[string]*keyQueue{}, forceBook: forceBook{forcing: map[string]int{}, forced: map[string]forceMark{}}}
 }
 
-// turn waits for the key's turn. On success the caller owns the turn and must give it
-// back exactly once (done, or by releasing the lock it got); the returned lock is non-nil
-// when the previous holder handed its lock over with the turn.
-func (qs *queues) turn(ctx context.Context, key string, w waiter) (q *keyQueue, handed *Lock, queued bool, err error) {
+// turn is one caller's turn at the head of a key's local line: a value with one owner
+// at a time (an Acquire, then the lock it kept: Lock.keep moves it). It is spent once, by
+// pass (the next waiter gets a turn of its own, or the line is freed) or by handTo (the
+// next waiter gets it together with the lock); a spent turn does nothing. So the turn
+// goes to the next waiter at most once per holder by construction, whatever order a
+// release, a force release and a handoff run in.
+type turn struct {
+	qs    *queues
+	q     *keyQueue
+	spent bool // guarded by qs.mu
+}
+
+// take waits for the key's turn. On success the caller owns the returned turn and must
+// spend it exactly once (pass, or by keeping a lock that takes it: Lock.keep); the
+// returned lock is non-nil when the previous holder handed its lock over with the turn.
+func (qs *queues) take(ctx context.Context, key string, w waiter) (t *turn, handed *Lock, queued bool, err error) {
 	qs.mu.Lock()
-	q = qs.m[key]
+	q := qs.m[key]
 	if q == nil {
 		q = &keyQueue{key: key}
 		qs.m[key] = q
 	}
 	q.refs++
+	t = &turn{qs: qs, q: q}
 	if !q.turnTaken {
 		q.turnTaken = true
 		qs.mu.Unlock()
-		return q, nil, false, nil
+		return t, nil, false, nil
 	}
 	w.ch = make(chan struct{})
 	q.waiters = append(q.waiters, w)
@@ -75,13 +79,14 @@ func (qs *queues) turn(ctx context.Context, key string, w waiter) (q *keyQueue, 
 
 	select {
 	case <-w.ch:
-		return q, qs.takeHanded(q), true, nil
+		return t, t.takeHanded(), true, nil
 	case <-ctx.Done():
 	}
 	qs.mu.Lock()
 	for i, o := range q.waiters {
 		if o.ch == w.ch { // still queued: leave the line
 			q.waiters = append(q.waiters[:i], q.waiters[i+1:]...)
+			t.spent = true // it was never ours
 			qs.dropRefLocked(q)
 			qs.mu.Unlock()
 			return nil, nil, true, ctx.Err()
@@ -90,29 +95,40 @@ func (qs *queues) turn(ctx context.Context, key string, w waiter) (q *keyQueue, 
 	qs.mu.Unlock()
 	// The turn was handed to us as we gave up: pass it on, with the lock if one came
 	// (and is still held: one force released meanwhile left the turn with us).
-	if l := qs.takeHanded(q); l != nil && l.keep() {
-		_ = l.Release(context.Background())
+	if l := t.takeHanded(); l != nil && l.keep(&t) {
+		_ = l.Release(context.Background()) // the lock owns the turn now: its release passes it
 	} else {
 		if l != nil {
 			l.c.abandon(l)
 		}
-		qs.done(q, false)
+		t.pass(false)
 	}
 	return nil, nil, true, ctx.Err()
 }
 
-func (qs *queues) takeHanded(q *keyQueue) *Lock {
-	qs.mu.Lock()
-	defer qs.mu.Unlock()
-	l := q.handed
-	q.handed = nil
+// takeHanded takes the lock that came with the turn, if any (once).
+func (t *turn) takeHanded() *Lock {
+	t.qs.mu.Lock()
+	defer t.qs.mu.Unlock()
+	l := t.q.handed
+	t.q.handed = nil
 	return l
 }
 
-// done gives the turn to the next waiter, or frees the queue. yield is passed on to the
-// next head (ignored when nobody waits).
-func (qs *queues) done(q *keyQueue, yield bool) {
+// pass spends the turn: the next waiter gets the turn, or the line is freed. yield is
+// passed on to the next head (ignored when nobody waits). A nil or spent turn does
+// nothing.
+func (t *turn) pass(yield bool) {
+	if t == nil {
+		return
+	}
+	qs, q := t.qs, t.q
 	qs.mu.Lock()
+	if t.spent {
+		qs.mu.Unlock()
+		return
+	}
+	t.spent = true
 	if len(q.waiters) > 0 {
 		next := q.waiters[0]
 		q.waiters = q.waiters[1:]
@@ -128,18 +144,21 @@ func (qs *queues) done(q *keyQueue, yield bool) {
 	}
 }
 
-// handTo gives the turn together with lock l to the next waiter if there is one and
-// accept(it) says the lock suits it. register runs under the queue lock before the
-// waiter can see l (so the client's table never lists a lock its holder released).
-func (qs *queues) handTo(q *keyQueue, l *Lock, forces uint64, accept func(waiter) bool, register func(next waiter)) bool {
+// handTo spends the turn by giving it, together with lock l, to the next waiter if there
+// is one and accept(it) says the lock suits it, and reports whether it did (else the
+// turn stays unspent). register runs under the queue lock before the waiter can see l
+// (so the client's table never lists a lock its holder released).
+func (t *turn) handTo(l *Lock, forces uint64, accept func(waiter) bool, register func(next waiter)) bool {
+	qs, q := t.qs, t.q
 	qs.mu.Lock()
 	defer qs.mu.Unlock()
-	if len(q.waiters) == 0 || !accept(q.waiters[0]) || qs.forcing[q.key] > 0 {
+	if t.spent || len(q.waiters) == 0 || !accept(q.waiters[0]) || qs.forcing[q.key] > 0 {
 		return false
 	}
 	if qs.forcedSinceLocked(q.key, forces) {
 		return false // a force release began since the lock was ended here
 	}
+	t.spent = true
 	next := q.waiters[0]
 	q.waiters = q.waiters[1:]
 	register(next)
@@ -150,26 +169,27 @@ func (qs *queues) handTo(q *keyQueue, l *Lock, forces uint64, accept func(waiter
 }
 
 // headAccepts reports whether handTo would find a waiter now (see handTo).
-func (qs *queues) headAccepts(q *keyQueue, accept func(waiter) bool) bool {
+func (t *turn) headAccepts(accept func(waiter) bool) bool {
+	qs, q := t.qs, t.q
 	qs.mu.Lock()
 	defer qs.mu.Unlock()
-	return len(q.waiters) > 0 && accept(q.waiters[0]) && qs.forcing[q.key] == 0
+	return !t.spent && len(q.waiters) > 0 && accept(q.waiters[0]) && qs.forcing[q.key] == 0
 }
 
 // takeYield reports (once) whether the head should let other clients go first.
-func (qs *queues) takeYield(q *keyQueue) bool {
-	qs.mu.Lock()
-	defer qs.mu.Unlock()
-	y := q.yield
-	q.yield = false
+func (t *turn) takeYield() bool {
+	t.qs.mu.Lock()
+	defer t.qs.mu.Unlock()
+	y := t.q.yield
+	t.q.yield = false
 	return y
 }
 
 // subscribed reports whether this client listens for the key's release notices.
-func (qs *queues) subscribed(q *keyQueue) bool {
-	qs.mu.Lock()
-	defer qs.mu.Unlock()
-	return q.watch != nil
+func (t *turn) subscribed() bool {
+	t.qs.mu.Lock()
+	defer t.qs.mu.Unlock()
+	return t.q.watch != nil
 }
 
 // dropRefLocked returns the queue's watch when the queue is dropped, for the caller to end
@@ -196,12 +216,12 @@ func (qs *queues) waiting() map[string]int {
 	return out
 }
 
-// ensureWatch subscribes the queue to its key's release notices (once per queue life).
-func (qs *queues) ensureWatch(q *keyQueue, n *notifier, channel string) *watch {
-	qs.mu.Lock()
-	defer qs.mu.Unlock()
-	if q.watch == nil {
-		q.watch = n.watch(channel)
+// ensureWatch subscribes the line to its key's release notices (once per line life).
+func (t *turn) ensureWatch(n *notifier, channel string) *watch {
+	t.qs.mu.Lock()
+	defer t.qs.mu.Unlock()
+	if t.q.watch == nil {
+		t.q.watch = n.watch(channel)
 	}
-	return q.watch
+	return t.q.watch
 }

@@ -137,7 +137,7 @@ func (rg *readGroups) open(l *Lock) {
 	rg.m[l.key] = g
 	l.mu.Lock()
 	l.group = g // under l.mu: its timers and a force release may read it already
-	broken := l.lostErr != nil
+	broken := l.cause != nil
 	l.mu.Unlock()
 	if broken {
 		g.broken.Store(true)

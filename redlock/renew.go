@@ -31,10 +31,14 @@ func newRenewer(c *Client) *renewer {
 	return r
 }
 
+// The renewer keeps no state of a lock's own: whether a lock may still be renewed is its
+// state and cause (renewable, state.go; read under renewer.mu, then Lock.mu), and whether
+// it is scheduled is renewEvery > 0 (KeepAlive or hold asked; remove takes it back).
+
 func (r *renewer) add(l *Lock, every time.Duration, first time.Time) {
 	r.mu.Lock()
-	l.renewEvery = every
-	if !l.stopped {
+	if l.renewable() {
+		l.renewEvery = every
 		l.renewAt = first
 		heap.Push(&r.h, l)
 	}
@@ -42,27 +46,27 @@ func (r *renewer) add(l *Lock, every time.Duration, first time.Time) {
 	r.poke()
 }
 
-// stopIfIdle is remove without the wait: it stops l's renewals only if none is in
-// flight, and reports whether it did.
+// stopIfIdle begins HandOver's release: only if no renewal of l is in flight, it moves l
+// from held to releasing (so none starts from here) and unschedules it, and reports
+// whether it did. It is remove without the wait.
 func (r *renewer) stopIfIdle(l *Lock) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if l.renewInFlight > 0 {
+	if l.renewInFlight > 0 || !l.moveFrom(held, releasing) {
 		return false
 	}
-	l.stopped = true
 	if l.heapIdx >= 0 {
 		heap.Remove(&r.h, l.heapIdx)
 	}
 	return true
 }
 
-// begin counts an extend of l as a renewal in flight, unless l was released
-// (remove ran): then it reports false and the extend must not run.
+// begin counts an extend of l as a renewal in flight, unless l's release began: then it
+// reports false and the extend must not run.
 func (r *renewer) begin(l *Lock) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if l.stopped {
+	if !l.renewable() {
 		return false
 	}
 	l.renewing.Add(1) // under mu, and only while not stopped: never after remove's Wait
@@ -78,10 +82,11 @@ func (r *renewer) end(l *Lock) {
 	l.renewing.Done()
 }
 
-// remove unschedules l for good and waits for a batch that holds it.
+// remove unschedules l and waits for a batch that holds it. Release calls it once l is
+// releasing (so nothing schedules it again); unhold, to take hold's renewals back.
 func (r *renewer) remove(l *Lock) {
 	r.mu.Lock()
-	l.stopped = true
+	l.renewEvery = 0
 	if l.heapIdx >= 0 {
 		heap.Remove(&r.h, l.heapIdx)
 	}
@@ -97,17 +102,9 @@ func (r *renewer) hold(l *Lock, every time.Duration) {
 }
 
 // unhold stops hold's renewals and waits for one in flight, leaving l as Acquire returned
-// it: KeepAlive may schedule it again. A lock released meanwhile stays stopped.
+// it: KeepAlive may schedule it again.
 func (r *renewer) unhold(l *Lock) {
 	r.remove(l)
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	l.mu.Lock()
-	released := l.released
-	l.mu.Unlock()
-	if !released {
-		l.stopped = false
-	}
 }
 
 func (r *renewer) poke() {
@@ -149,10 +146,10 @@ func (r *renewer) due() ([]*Lock, time.Duration) {
 			break
 		}
 		heap.Pop(&r.h)
-		if l.err() != nil {
-			continue // lost (e.g. force released) but not yet released: never renew it again
+		if !l.renewable() {
+			continue // lost (e.g. force released), or its release began: never renew it again
 		}
-		l.renewing.Add(1) // under mu, and only while not stopped: never after remove's Wait
+		l.renewing.Add(1) // under mu, and only while scheduled: never after remove's Wait
 		l.renewInFlight++
 		batch = append(batch, l)
 	}
@@ -175,7 +172,7 @@ func (r *renewer) renew(batch []*Lock) {
 		case isLost(err):
 			r.c.opt.Logger.Debug("lock lost during renewal", slog.String("key", l.key), slog.Any("error", err))
 		case errors.Is(err, ErrReleased):
-		case l.stopped:
+		case l.renewEvery == 0 || !l.renewable(): // unscheduled (remove) meanwhile
 		default:
 			next := l.renewEvery
 			if err != nil {

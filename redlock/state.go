@@ -1,0 +1,117 @@
+package redlock
+
+// A lock's life is one field, Lock.state (guarded by Lock.mu), changed only through move
+// with the transitions listed in lockMoves. Whether the lock can still be trusted is the
+// other field, Lock.cause: nil while it is, then the first *LostError or ErrReleased, the
+// cause its Context reports. They are apart because a loss is an event, not a stage: it
+// can strike a lock at any stage before it is ended here (an expiry or a renewal in
+// flight may find it gone while its Release is waiting for that renewal), and the release
+// then decides with it (hand on only what is still trusted).
+//
+//	provisional --keep--> held --Release/HandOver--> releasing --handoff--> handedOn
+//	     |                                               |   \--deletes---> released
+//	     +--Release (a force release)--> releasing       +--HandOver found no waiter--> unreleased --Release--> releasing
+//	     +--abandon--> released
+//
+// The key's turn in the local line (queue.go, turn) moves with the same steps: the
+// Acquire owns it while the lock is provisional, keep moves it into the lock, and the
+// lock's handoff or its release in Redis spends it, once.
+type lockState uint8
+
+const (
+	// provisional: a round just took the lock, or a holder just handed it on, and the
+	// Acquire it is for has not kept it yet: that Acquire owns the key's turn and may
+	// still give the lock up (abandon).
+	provisional lockState = iota
+	// held: its Acquire returned it. It carries the key's turn (Lock.turn, when it has a
+	// line), KeepAlive renews it, its Context watches it.
+	held
+	// releasing: Release or HandOver began (or a force release's Release of a lock not yet
+	// kept): no renewal is scheduled or started from here, and no second release runs.
+	releasing
+	// unreleased: HandOver ended it here but could not hand it on; the next Release
+	// deletes it in Redis.
+	unreleased
+	// handedOn: given, with the turn, to the next local holder, whose own Lock (a new,
+	// provisional one for the same value in Redis) carries it on. Final.
+	handedOn
+	// released: deleted in Redis (or left to expire where that failed), or given up by
+	// abandon. Final.
+	released
+)
+
+var stateNames = [...]string{"provisional", "held", "releasing", "unreleased", "handed_on", "released"}
+
+func (s lockState) String() string {
+	if int(s) < len(stateNames) {
+		return stateNames[s]
+	}
+	return "unknown"
+}
+
+// lockMoves lists, for each state, the states it may move to: the one home of a lock's
+// transitions.
+var lockMoves = [...][]lockState{
+	provisional: {held, releasing, released},
+	held:        {releasing},
+	releasing:   {handedOn, unreleased, released},
+	unreleased:  {releasing},
+	handedOn:    nil,
+	released:    nil,
+}
+
+// live reports whether the lock is still a holder's to renew: provisional or held.
+func (s lockState) live() bool { return s == provisional || s == held }
+
+// moveLocked changes the lock's state to to if lockMoves allows it from the current one,
+// and reports whether it did. Callers hold l.mu.
+func (l *Lock) moveLocked(to lockState) bool {
+	for _, s := range lockMoves[l.state] {
+		if s == to {
+			l.state = to
+			return true
+		}
+	}
+	return false
+}
+
+// move is moveLocked under l.mu.
+func (l *Lock) move(to lockState) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.moveLocked(to)
+}
+
+// keep ends a lock's provisional state as its Acquire returns it, moving the key's turn
+// from the Acquire into the lock (t is the Acquire's: on success *t is nil and the lock
+// owns it; nil for a lock without a line: a reader, a place of a limited key). It
+// refuses when a force release already marked the lock lost or released it: the caller
+// then gives it up (abandon) and keeps the turn, like a lock the force release began too
+// late to mark.
+func (l *Lock) keep(t **turn) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.cause != nil || !l.moveLocked(held) {
+		return false
+	}
+	if t != nil {
+		l.turn, *t = *t, nil
+	}
+	return true
+}
+
+// moveFrom moves the lock from state from to state to, and reports whether it did (it
+// was in from, and lockMoves allows the step).
+func (l *Lock) moveFrom(from, to lockState) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.state == from && l.moveLocked(to)
+}
+
+// renewable reports whether l may be scheduled or renewed: it is trusted and its release
+// has not begun.
+func (l *Lock) renewable() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.cause == nil && l.state.live()
+}
