@@ -168,7 +168,7 @@ func (c *Client) joinReader(key string, ttl time.Duration, fencing bool, start t
 	}
 	g.refs++
 	l := &Lock{c: c, nm: g.nm, key: key, value: g.value, ttl: ttl, token: g.token, fencing: fencing, mode: mode{shared: true},
-		acquiredAt: start, settled: g.settled, group: g}
+		acquiredAt: start, settled: g.settled, group: g, state: held} // no round, no line: nothing to keep
 	l.startUntil(g.until)
 	// Never refused: the group has a reader, registered (readers leave the group before
 	// they are unregistered), so the client holds a lock and has not shut down.
