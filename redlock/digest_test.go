@@ -13,7 +13,7 @@ import (
 )
 
 // waitDigests waits until a node told every script's digest (a client's first
-// connection asks: digest.go).
+// connection asks: internal/transport/digest.go).
 func waitDigests(t testing.TB) {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)

@@ -17,7 +17,7 @@ import (
 // TestFIPSOnly that it runs as its own child.
 const fipsNodesEnv = "REDLOCK_FIPS_TEST_NODES"
 
-// The package works in FIPS 140-only mode, where computing SHA-1 in Go panics (digest.go).
+// The package works in FIPS 140-only mode, where computing SHA-1 in Go panics (internal/transport/digest.go).
 // GODEBUG=fips140 is read when a process starts, so this test runs itself again in a new
 // process of this test binary with GODEBUG=fips140=only, on nodes it started, and the
 // child exercises the package (fipsChild). The whole binary runs in that mode: a package
