@@ -1,8 +1,10 @@
 // Package transport is redlock's Redis side: one go-redis client per node, and what is
 // sent through it. redlock/ keeps the lock semantics (the scripts' Lua text, acquire,
 // release and extend, the voting and data-loss rules, the waiters of release notices);
-// this package knows nothing of locks, and holds no pointer back to redlock's Client:
-// each Node gets a Config of plain values and callbacks.
+// this package holds no lock rule (the one thing it is told about a script is whether it
+// is a cleanup the batcher must keep behind what it cleans up: Script.AsCleanup), and no
+// pointer back to redlock's Client: each Node gets a Config of plain values and callbacks.
+// Its comments speak of rounds and releases where those explain why it behaves as it does.
 //
 // The API, file by file:
 //
