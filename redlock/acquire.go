@@ -9,7 +9,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/redis/go-redis/v9"
+	"github.com/caddy-redlock/caddy-redlock/redlock/internal/transport"
 )
 
 // Acquire takes the lock on key, waiting up to o.Wait while it is busy. It returns:
@@ -472,8 +472,8 @@ func (c *Client) sendRound(ctx context.Context, nm names, a try, start time.Time
 			continue
 		}
 		t0 := time.Now()
-		nd.call(ctx, func(cmd *redis.Cmd) {
-			rep := parse(cmd)
+		nd.call(ctx, func(r transport.Reply) {
+			rep := parse(r)
 			nd.record("acquire", time.Since(t0), rep.err)
 			rd.add(acquireReply(i, nd, rep))
 		}, cmd)
@@ -491,7 +491,7 @@ func (c *Client) tallyRound(replies []nodeReply) tally {
 		replied[r.idx] = true
 	}
 	for i, nd := range c.nodes {
-		if !replied[i] && nd.silent.Load() {
+		if !replied[i] && nd.silent() {
 			t.errs = append(t.errs, nodeError{node: nd.addr, err: silentErr{nd.status().LastError}})
 		}
 	}
@@ -577,8 +577,8 @@ func acquireReply(i int, nd *node, rep nodeReply) nodeReply {
 
 // scriptReply reads the acquire script's answer: {1, token, reserved, marker} or
 // {0, PTTL}.
-func scriptReply(cmd *redis.Cmd) nodeReply {
-	r, err := cmd.Slice()
+func scriptReply(reply transport.Reply) nodeReply {
+	r, err := reply.Slice()
 	var rep nodeReply
 	if err != nil {
 		rep.err = err
@@ -611,7 +611,7 @@ func scriptReply(cmd *redis.Cmd) nodeReply {
 func (c *Client) commitToken(ctx context.Context, nm names, value string, token int64) error {
 	argv := []any{value, token, c.counterTTL().Milliseconds(), boolArg(nm.shared)}
 	ok, _, errs := c.onAll(ctx, "commit", c.quorum, func(cctx context.Context, _ int, nd *node) (bool, error) {
-		r, err := commitScript.run(cctx, nd.client, []string{nm.lock, nm.counter, nm.readers}, argv...).Int64()
+		r, err := commitScript.Run(cctx, nd.tr, []string{nm.lock, nm.counter, nm.readers}, argv...).Int64()
 		return r == 1, err
 	})
 	if ok < c.quorum {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/caddy-redlock/caddy-redlock/internal/redistest"
+	"github.com/caddy-redlock/caddy-redlock/redlock/internal/transport"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -20,11 +21,12 @@ func TestLateEarlierAttemptCannotTakeOverLaterOne(t *testing.T) {
 	srv := redistest.StartN(t, 1)[0]
 	rc := redis.NewClient(&redis.Options{Addr: srv.Addr()})
 	defer rc.Close()
+	tn := scriptNode(t, srv)
 	ctx := context.Background()
 	const owner = "OWNERPREFIX:"
 	acquire := func(attempt int) []int64 {
 		t.Helper()
-		return runAcquireScript(t, rc, owner, attempt)
+		return runAcquireScript(t, tn, owner, attempt)
 	}
 	if r := acquire(20); r[0] != 1 { // round 20 granted here
 		t.Fatalf("attempt 20 on a free key: %v", r)
@@ -33,7 +35,7 @@ func TestLateEarlierAttemptCannotTakeOverLaterOne(t *testing.T) {
 		t.Fatalf("late attempt 19 took over attempt 20's key: %v", r)
 	}
 	// Round 19's cleanup: compare-and-delete with its own value.
-	if n, err := releaseScript.run(ctx, rc, []string{"k"}, owner+"19", "chan", "id").Int64(); err != nil || n != 0 {
+	if n, err := releaseScript.Run(ctx, tn, []string{"k"}, owner+"19", "chan", "id").Int64(); err != nil || n != 0 {
 		t.Fatalf("release of attempt 19: %d %v", n, err)
 	}
 	if v, _ := rc.Get(ctx, "k").Result(); v != owner+"20" {
@@ -48,7 +50,7 @@ func TestLateEarlierAttemptCannotTakeOverLaterOne(t *testing.T) {
 	if v, _ := rc.Get(ctx, "k").Result(); v != owner+"21" {
 		t.Fatalf("key holds %q, want attempt 21's value", v)
 	}
-	if r := acquireOther(t, rc); r[0] != 0 { // another owner is always busy
+	if r := acquireOther(t, tn); r[0] != 0 { // another owner is always busy
 		t.Fatalf("another owner took the key: %v", r)
 	}
 	if ttl, _ := rc.PTTL(ctx, "k").Result(); ttl <= 0 || ttl > 5*time.Second {
@@ -56,16 +58,16 @@ func TestLateEarlierAttemptCannotTakeOverLaterOne(t *testing.T) {
 	}
 }
 
-func acquireOther(t *testing.T, rc *redis.Client) []int64 {
+func acquireOther(t *testing.T, tn *transport.Node) []int64 {
 	t.Helper()
-	return runAcquireScript(t, rc, "OTHER:", 1)
+	return runAcquireScript(t, tn, "OTHER:", 1)
 }
 
 // runAcquireScript runs the acquire script for owner's attempt on key k and returns
 // {1, token} for a grant, {0, PTTL ms} when busy.
-func runAcquireScript(t *testing.T, rc *redis.Client, owner string, attempt int) []int64 {
+func runAcquireScript(t *testing.T, tn *transport.Node, owner string, attempt int) []int64 {
 	t.Helper()
-	rep := scriptReply(acquireScript.run(context.Background(), rc, []string{"k", "k\x00fence", "k\x00writer", "\x00data_marker"},
+	rep := scriptReply(acquireScript.Run(context.Background(), tn, []string{"k", "k\x00fence", "k\x00writer", "\x00data_marker"},
 		owner+strconv.Itoa(attempt), 5000, owner, "0", 60000, attempt, 500))
 	if rep.err != nil {
 		t.Fatal(rep.err)

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"log/slog"
+
+	"github.com/caddy-redlock/caddy-redlock/redlock/internal/transport"
 )
 
 // Client takes Redlocks on N independent Redis masters. It is safe for concurrent use;
@@ -20,6 +22,7 @@ type Client struct {
 	opt    Options
 	marker string // the data marker's name (dataloss.go): every acquire round sends it
 	nodes  []*node
+	links  []*transport.Node // nodes[i].tr, for transport.OnAll
 	quorum int
 
 	queues  *queues
@@ -53,7 +56,7 @@ type Client struct {
 }
 
 // New connects to the given nodes (redis://, rediss://, unix:// or host:port; user,
-// password and db in the URL; see connect.go). It does not wait for the nodes to
+// password and db in the URL; see transport.ParseURL). It does not wait for the nodes to
 // answer: unreachable nodes show as down and a lock needs a quorum of them.
 func New(urls []string, opt Options) (*Client, error) {
 	if len(urls) == 0 {
@@ -77,17 +80,18 @@ func New(urls []string, opt Options) (*Client, error) {
 			c.warnings = append(c.warnings, fmt.Sprintf("node %s is listed more than once: it counts as several votes, which defeats the quorum", n.addr))
 		}
 		seen[n.addr] = true
-		if w := tlsWarning(n); w != "" {
+		if w := n.tr.TLSWarning(); w != "" {
 			c.warnings = append(c.warnings, w)
 		}
 		c.nodes = append(c.nodes, n)
+		c.links = append(c.links, n.tr)
 	}
 	if len(c.nodes)%2 == 0 {
 		c.warnings = append(c.warnings, fmt.Sprintf("%d nodes: an even count tolerates no more failures than %d nodes; use an odd count", len(c.nodes), len(c.nodes)-1))
 	}
-	for _, n := range c.nodes {
-		if n.batch != nil {
-			c.goBackground(func() { n.batch.run(c.ctx) })
+	if !opt.DisablePipelining {
+		for _, n := range c.nodes {
+			c.goBackground(func() { n.tr.Flush(c.ctx) })
 		}
 	}
 	c.queues = newQueues()
@@ -156,7 +160,7 @@ func (c *Client) shutdown() error {
 func (c *Client) closeNodes() error {
 	var errs []error
 	for _, n := range c.nodes {
-		if err := n.client.Close(); err != nil {
+		if err := n.tr.Close(); err != nil {
 			errs = append(errs, fmt.Errorf("redlock: closing %s: %w", n.addr, err))
 		}
 	}
@@ -187,8 +191,8 @@ func (c *Client) healthLoop(n *node) {
 	t := time.NewTicker(c.opt.HealthInterval)
 	defer t.Stop()
 	for {
-		n.check(c.ctx, timeout)
-		n.afterCheck(c.ctx, timeout)
+		n.tr.Check(c.ctx, timeout)      // INFO and announce: node.hello, node.heard
+		n.tr.AfterCheck(c.ctx, timeout) // the permission probe, configuration problems logged
 		n.reportHealth()
 		c.warnSameServer()
 		select {

@@ -182,9 +182,7 @@ func waitUsable(t *testing.T, c *Client) {
 	for time.Now().Before(deadline) {
 		ok := true
 		for _, n := range c.nodes {
-			n.probed.mu.Lock()
-			ok = ok && n.probed.passed
-			n.probed.mu.Unlock()
+			ok = ok && n.tr.Facts().Probed
 		}
 		if ok {
 			return
@@ -326,31 +324,6 @@ func TestDocsACLUser(t *testing.T) {
 		}
 		if err := l.Release(context.Background()); err != nil {
 			t.Fatal(err)
-		}
-	}
-}
-
-// scriptOf knows a script by its digest (EVALSHA, once a node told it) and by its text
-// (EVAL), for ACL hints.
-func TestScriptOf(t *testing.T) {
-	newTestClient(t, redistest.StartN(t, 1), fastOptions())
-	waitDigests(t)
-	ctx := context.Background()
-	for _, cmd := range []redis.Cmder{
-		redis.NewCmd(ctx, "evalsha", acquireScript.digest(), 0),
-		redis.NewCmd(ctx, "EVALSHA", strings.ToUpper(releaseScript.digest()), 0),
-		redis.NewCmd(ctx, "eval", probeScript.src, 0),
-	} {
-		if s := scriptOf(cmd); s == nil {
-			t.Errorf("%v: script not recognised", cmd.Args()[0])
-		}
-	}
-	for _, cmd := range []redis.Cmder{
-		redis.NewCmd(ctx, "eval", "return 1", 0),
-		redis.NewCmd(ctx, "evalsha", strings.Repeat("0", 40), 0),
-	} {
-		if s := scriptOf(cmd); s != nil {
-			t.Errorf("unknown script %v recognised as %q", cmd.Args()[1], s.name)
 		}
 	}
 }

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/redis/go-redis/v9"
+	"github.com/caddy-redlock/caddy-redlock/redlock/internal/transport"
 )
 
 // Data loss without a restart. A node can lose keys while its run_id stays the same
@@ -46,11 +46,8 @@ type marker struct {
 }
 
 // parseMarker reads announceScript's reply {bound_ms, marker, now_ms}.
-func parseMarker(cmd *redis.Cmd) (marker, error) {
-	if cmd == nil {
-		return marker{}, errors.New("no announce reply")
-	}
-	vals, err := cmd.Slice()
+func parseMarker(reply transport.Reply) (marker, error) {
+	vals, err := reply.Slice()
 	if err != nil {
 		return marker{}, err
 	}

@@ -27,12 +27,17 @@
 //	voting.go, dataloss.go       which nodes vote (quarantineOf, a pure function); data-loss marker
 //	force.go                     force release and its bookkeeping
 //	operator.go                  Status and Inspect: what operators read
-//	node.go, connect.go          one node: URL (CheckNodeURL), client, health, run_id, marker
-//	nodes_call.go, batcher.go    sending one command to every node; pipelining per node
-//	notify.go                    release notices (pub/sub) for waiters
-//	scripts.go, digest.go        the Lua scripts; their digests, computed by Redis
-//	errhint.go, probe.go         ConfigError and its hints; the permission probe
-//	errors.go, names.go          the error types; the names of everything in Redis
+//	node.go                      one node as the voting rule sees it: hello/observe (run_id,
+//	                             marker, bound), status; CheckNodeURL
+//	nodes_call.go                onAll and releaseOnNodes: commands to every node, release tallies
+//	notify.go                    release notices: who waits on which channel, waking them
+//	scripts.go                   the Lua scripts, and the set run by digest (ACL names, cleanups)
+//	errors.go, names.go          the error types (ConfigError: an alias); the names of everything in Redis
+//	internal/transport/          the Redis side, no lock semantics: a Node per server (client,
+//	                             TLS, URL parsing, health facts, Check), Reply, scripts by digest
+//	                             (FIPS-safe, NOSCRIPT fallback), the batcher (Call), OnAll, pub/sub
+//	                             subscriptions, ConfigError hints, the permission probe
+//	                             (internal/transport/doc.go lists its files)
 //
 // A lock's life is one field, Lock.state (state.go), with its moves in one table:
 // a round takes it (provisional: its Acquire has not kept it yet, and owns the key's
@@ -55,9 +60,11 @@
 // notifier.mu (a line's release notices); queues.mu and readGroups.mu, then
 // Client.heldMu and Lock.mu (a handoff registers the next lock under queues.mu);
 // renewer.mu, then Lock.mu (the renewer reads a lock's state); Client.shutMu, then
-// heldMu and bgMu. Lock.mu, heldMu, node.mu, probeState.mu, batcher.mu and round.mu are
-// leaves: nothing is taken under them (a Lock's context is cancelled under Lock.mu, and
-// context.AfterFunc callbacks run on their own goroutines).
+// heldMu and bgMu. Lock.mu, heldMu, node.mu and round.mu are leaves: nothing is taken
+// under them (a Lock's context is cancelled under Lock.mu, and context.AfterFunc
+// callbacks run on their own goroutines). So are the transport's (transport.Node.mu,
+// probeState.mu, batcher.mu, Subscription.mu): it calls back into redlock (Observe,
+// Heard, a call's deliver, a notice) with none of them held.
 //
 // # Protocol
 //

@@ -1,14 +1,12 @@
 package redlock
 
 import (
-	"context"
 	"errors"
 	"fmt"
-	"io"
-	"net"
 	"strings"
-	"syscall"
 	"time"
+
+	"github.com/caddy-redlock/caddy-redlock/redlock/internal/transport"
 )
 
 var (
@@ -92,22 +90,29 @@ type silentErr struct{ last string }
 
 func (e silentErr) Error() string { return "not answering: " + e.last }
 
-// noAnswer reports whether err means the node did not answer at all: a timeout, a
-// refused, reset or closed connection. A Redis error reply, garbage, or a TLS or
-// authentication failure is an answer of sorts: rounds wait for those as for any reply.
-func noAnswer(err error) bool {
-	if err == nil {
-		return false
-	}
-	var ne net.Error
-	return errors.As(err, &ne) || errors.Is(err, context.DeadlineExceeded) ||
-		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNREFUSED) ||
-		errors.Is(err, syscall.ECONNRESET)
-}
-
 // quarantinedErr marks a node that may not vote yet after a restart.
 type quarantinedErr struct{ until time.Time }
 
 func (e quarantinedErr) Error() string {
 	return fmt.Sprintf("quarantined after a (re)start for %v more", time.Until(e.until).Round(time.Millisecond))
 }
+
+// ConfigError is a node error only the operator can fix: a TLS failure, an ACL refusal or
+// refused credentials, with what to check (Hint). The error from Redis or the connection
+// stays reachable with errors.Unwrap / errors.As. A node with one is unusable, not down
+// (NodeStatus.LastErr; the permission probe).
+//
+// It is made where the errors are seen, in the transport (internal/transport's
+// errhint.go and probe.go); this alias makes it the same type here, so errors.As with a
+// *redlock.ConfigError matches with no conversion on any path.
+type ConfigError = transport.ConfigError
+
+// ConfigErrorKind says which part of a deployment is wrong.
+type ConfigErrorKind = transport.ConfigErrorKind
+
+// The kinds of ConfigError.
+const (
+	ConfigTLS  = transport.ConfigTLS  // the handshake failed: CA, name, client certificate, plain port
+	ConfigACL  = transport.ConfigACL  // the user may not run a command, or use a key or channel
+	ConfigAuth = transport.ConfigAuth // the credentials were refused (WRONGPASS, NOAUTH)
+)

@@ -17,7 +17,7 @@ import (
 // TestFIPSOnly that it runs as its own child.
 const fipsNodesEnv = "REDLOCK_FIPS_TEST_NODES"
 
-// The package works in FIPS 140-only mode, where computing SHA-1 in Go panics (digest.go).
+// The package works in FIPS 140-only mode, where computing SHA-1 in Go panics (internal/transport/digest.go).
 // GODEBUG=fips140 is read when a process starts, so this test runs itself again in a new
 // process of this test binary with GODEBUG=fips140=only, on nodes it started, and the
 // child exercises the package (fipsChild). The whole binary runs in that mode: a package
@@ -105,18 +105,22 @@ func flushScripts(t *testing.T, url string) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	rc := c.nodes[0].client
+	tr := c.nodes[0].tr
 	ctx := context.Background()
-	if err := rc.ScriptFlush(ctx).Err(); err != nil {
+	if err := tr.Do(ctx, "script", "flush").Err(); err != nil {
 		t.Fatal(err)
 	}
-	before := errorCount(t, rc.Info(ctx, "errorstats").Val(), "NOSCRIPT")
+	errorstats := func() string {
+		s, _ := tr.Do(ctx, "info", "errorstats").Text()
+		return s
+	}
+	before := errorCount(t, errorstats(), "NOSCRIPT")
 	l, err := c.Acquire(ctx, "flushed", AcquireOptions{})
 	if err != nil {
 		t.Fatalf("Acquire after SCRIPT FLUSH: %v", err)
 	}
 	_ = l.Release(ctx)
-	if after := errorCount(t, rc.Info(ctx, "errorstats").Val(), "NOSCRIPT"); after <= before {
+	if after := errorCount(t, errorstats(), "NOSCRIPT"); after <= before {
 		t.Fatalf("no NOSCRIPT after SCRIPT FLUSH (%d, then %d): scripts did not go as EVALSHA", before, after)
 	}
 }

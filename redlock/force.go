@@ -60,7 +60,7 @@ func (c *Client) ForceRelease(ctx context.Context, key string) (ForceResult, err
 	ctx = context.WithoutCancel(ctx)
 	res.Nodes = make([]ForceNode, len(c.nodes))
 	res.Deleted, _, _ = c.onAll(ctx, "force_release", 0, func(cctx context.Context, i int, nd *node) (bool, error) {
-		n, err := forceReleaseScript.run(cctx, nd.client, forceKeys, nm.channel).Int64()
+		n, err := forceReleaseScript.Run(cctx, nd.tr, forceKeys, nm.channel).Int64()
 		res.Nodes[i] = ForceNode{Node: nd.addr, Deleted: n > 0, Err: err}
 		return n > 0, err
 	})

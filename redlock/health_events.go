@@ -1,6 +1,10 @@
 package redlock
 
-import "time"
+import (
+	"time"
+
+	"github.com/caddy-redlock/caddy-redlock/redlock/internal/transport"
+)
 
 // HealthObserver is an optional extension of Observer: an Observer that also implements
 // it is told when a node stops or starts answering and when it is quarantined, once per
@@ -47,9 +51,8 @@ func (n *node) reportHealth() {
 	if !ok || n.c.ctx.Err() != nil {
 		return // none, or closing: a check cut short by Close says nothing about the node
 	}
-	n.mu.Lock()
-	up, checked, problem := n.up, n.checked, n.lastErr
-	n.mu.Unlock()
+	f := n.tr.Facts()
+	up, checked, problem := f.Up, f.Checked, f.LastErr
 	if !checked {
 		return
 	}
@@ -81,7 +84,7 @@ func (n *node) reportQuarantine(until time.Time, cause QuarantineCause) {
 func NodeAddresses(urls []string) ([]string, error) {
 	out := make([]string, 0, len(urls))
 	for _, u := range urls {
-		_, addr, err := parseNodeURL(u)
+		addr, err := transport.ParseURL(u)
 		if err != nil {
 			return nil, err
 		}

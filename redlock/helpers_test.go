@@ -4,13 +4,28 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/caddy-redlock/caddy-redlock/internal/redistest"
+	"github.com/caddy-redlock/caddy-redlock/redlock/internal/transport"
 	"github.com/redis/go-redis/v9"
 )
+
+// scriptNode is a transport node on s, to run the scripts by themselves (not through a
+// Client): the node's own connection, as a round would use.
+func scriptNode(t testing.TB, s *redistest.Server) *transport.Node {
+	t.Helper()
+	tr, err := transport.New(s.URL(), transport.Config{NodeTimeout: 5 * time.Second, Scripts: scripts,
+		Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tr.Close() })
+	return tr
+}
 
 // fastOptions keep tests quick: short ttl and timeouts, quick health checks.
 func fastOptions() Options {

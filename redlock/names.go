@@ -46,6 +46,10 @@ func (c *Client) names(key string) names {
 		readers: lk + readersSuffix, writer: lk + writerSuffix, turn: lk + turnSuffix}
 }
 
+// probeName is the permission probe's key and channel (transport's probe.go): under the
+// prefix, NUL-separated from every lock key (keys cannot contain NUL).
+func (c *Client) probeName() string { return c.opt.Prefix + "\x00probe" }
+
 // boundKey is where the nodes keep the longest ttl any client may use (voting.go).
 func (c *Client) boundKey() string { return c.opt.Prefix + boundName }
 

@@ -2,66 +2,40 @@ package redlock
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync"
 	"time"
 
-	"github.com/redis/go-redis/v9"
+	"github.com/caddy-redlock/caddy-redlock/redlock/internal/transport"
 )
 
-// The two ways a client sends a command to every node: node.call for the scripts of the
-// lock path (acquire, release), which go through each node's batcher, and onAll for the
-// rest (commit, extend, retake, inspect, force release), each on a connection of its own.
-// Both bound every call by node_timeout and record it for the Observer.
+// The two ways a client sends a command to every node (internal/transport): node.call
+// for the scripts of the lock path (acquire, release), which go through each node's
+// batcher, and onAll for the rest (commit, extend, retake, inspect, force release), each
+// on a connection of its own. Both bound every call by node_timeout and record it for
+// the Observer.
 
-// errNotAsked is what f returns for a node it does not send anything to: onAll neither
-// sends nor records anything for it, and returns it (with the node's address) as that
-// node's error.
-var errNotAsked = errors.New("not asked")
+// errNotAsked is what an onAll function returns for a node it does not send anything
+// to: onAll neither sends nor records anything for it, and returns it (with the node's
+// address) as that node's error.
+var errNotAsked = transport.ErrNotAsked
+
+// newCommand builds what one round or release sends to every node (transport.Command:
+// built once, shared by every node's call).
+func newCommand(script *transport.Script, keys []string, argv ...any) *transport.Command {
+	return transport.NewCommand(script, keys, argv...)
+}
 
 // onAll runs f on every node at once, each call bounded by node_timeout and recorded as
 // op, and returns as soon as need nodes said yes or that became impossible (need <= 0:
-// when every node answered). Errors name their node. Replies still on the way finish on
-// their own timeout into a buffered channel: with need > 0, f must not write anything
-// the caller reads.
+// when every node answered; transport.OnAll). Errors name their node. Replies still on
+// the way finish on their own timeout: with need > 0, f must not write anything the
+// caller reads.
 func (c *Client) onAll(ctx context.Context, op string, need int,
 	f func(ctx context.Context, i int, nd *node) (bool, error)) (yes, no int, errs []error) {
-	type reply struct {
-		yes bool
-		err error
-	}
-	replies := make(chan reply, len(c.nodes))
-	for i, nd := range c.nodes {
-		go func() {
-			cctx, cancel := context.WithTimeout(ctx, c.opt.NodeTimeout)
-			defer cancel()
-			t0 := time.Now()
-			ok, err := f(cctx, i, nd)
-			if !errors.Is(err, errNotAsked) {
-				nd.record(op, time.Since(t0), err)
-			}
-			if err != nil {
-				err = fmt.Errorf("%s: %w", nd.addr, err)
-			}
-			replies <- reply{ok, err}
-		}()
-	}
-	for range c.nodes {
-		r := <-replies
-		switch {
-		case r.err != nil:
-			errs = append(errs, r.err)
-		case r.yes:
-			yes++
-		default:
-			no++
-		}
-		if need > 0 && (yes >= need || no+len(errs) > len(c.nodes)-need) {
-			break
-		}
-	}
-	return yes, no, errs
+	return transport.OnAll(ctx, c.links, op, need, func(ctx context.Context, i int) (bool, error) {
+		return f(ctx, i, c.nodes[i])
+	})
 }
 
 // releaseOnNodes runs compare-and-delete (plus the release notice) on every node not
@@ -88,7 +62,7 @@ func (c *Client) releaseOnNodes(ctx context.Context, nm names, value string, ski
 	if sent == 0 {
 		return 0, false, nil
 	}
-	var cmd *command
+	var cmd *transport.Command
 	switch {
 	case nm.shared:
 		cmd = newCommand(readReleaseScript, []string{nm.lock, nm.counter, nm.writer, nm.readers}, value, nm.channel, c.id)
@@ -105,7 +79,7 @@ func (c *Client) releaseOnNodes(ctx context.Context, nm names, value string, ski
 			continue
 		}
 		t0 := time.Now()
-		nd.call(ctx, func(reply *redis.Cmd) {
+		nd.call(ctx, func(reply transport.Reply) {
 			defer c.pending.done()
 			r, err := reply.Int64()
 			nd.record("release", time.Since(t0), err)

@@ -1,22 +1,21 @@
 package redlock
 
 import (
-	"context"
 	"sync"
 	"time"
 
-	"github.com/redis/go-redis/v9"
+	"github.com/caddy-redlock/caddy-redlock/redlock/internal/transport"
 )
 
 // notifier carries release notices: a holder's release script PUBLISHes on the key's
-// channel on every node; a process keeps ONE subscriber connection per node and adds or
-// drops channels as keys start and stop being awaited. A lost notice only costs a
-// jittered retry (acquire.go), never safety.
+// channel on every node; a process keeps ONE subscriber connection per node
+// (transport.Subscription) and adds or drops channels as keys start and stop being
+// awaited. A lost notice only costs a jittered retry (acquire.go), never safety.
 type notifier struct {
 	c    *Client
 	mu   sync.Mutex
 	m    map[string]*watch // by channel
-	subs []*nodeSub
+	subs []*transport.Subscription
 }
 
 // watch is one awaited channel.
@@ -36,27 +35,13 @@ type watch struct {
 	nconf     int
 }
 
-type subOp struct {
-	subscribe bool
-	channel   string
-}
-
-// nodeSub owns one node's subscriber connection.
-type nodeSub struct {
-	idx     int
-	ps      *redis.PubSub
-	mu      sync.Mutex
-	pending []subOp
-	wake    chan struct{}
-}
-
 func newNotifier(c *Client) *notifier {
 	nt := &notifier{c: c, m: map[string]*watch{}}
 	for i, n := range c.nodes {
-		s := &nodeSub{idx: i, ps: n.client.Subscribe(c.ctx), wake: make(chan struct{}, 1)}
+		s := n.tr.Subscribe(c.ctx)
 		nt.subs = append(nt.subs, s)
-		c.goBackground(func() { nt.applyOps(s) })
-		c.goBackground(func() { nt.receive(s) })
+		c.goBackground(func() { s.Apply(c.ctx) })
+		c.goBackground(func() { s.Listen(func(m transport.Notice) { nt.receive(i, m) }) })
 	}
 	return nt
 }
@@ -75,7 +60,7 @@ func (nt *notifier) watch(channel string) *watch {
 		confirmed: make([]bool, len(nt.subs))}
 	nt.m[channel] = w
 	for _, s := range nt.subs {
-		s.enqueue(subOp{subscribe: true, channel: channel})
+		s.Add(channel)
 	}
 	return w
 }
@@ -90,48 +75,7 @@ func (w *watch) unwatch() {
 	}
 	delete(nt.m, w.channel)
 	for _, s := range nt.subs {
-		s.enqueue(subOp{subscribe: false, channel: w.channel})
-	}
-}
-
-func (s *nodeSub) enqueue(op subOp) {
-	s.mu.Lock()
-	s.pending = append(s.pending, op)
-	s.mu.Unlock()
-	select {
-	case s.wake <- struct{}{}:
-	default:
-	}
-}
-
-// applyOps sends SUBSCRIBE/UNSUBSCRIBE in order, off the callers' paths (a dead node
-// must not stall an acquire or a release).
-func (nt *notifier) applyOps(s *nodeSub) {
-	ctx := nt.c.ctx
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-s.wake:
-		}
-		s.mu.Lock()
-		ops := s.pending
-		s.pending = nil
-		s.mu.Unlock()
-		for _, op := range ops {
-			opCtx, cancel := context.WithTimeout(ctx, time.Second)
-			var err error
-			if op.subscribe {
-				err = s.ps.Subscribe(opCtx, op.channel)
-			} else {
-				err = s.ps.Unsubscribe(opCtx, op.channel)
-			}
-			cancel()
-			if err != nil && ctx.Err() == nil {
-				// go-redis re-subscribes every channel it knows of when it reconnects.
-				nt.c.nodes[s.idx].record("subscribe", 0, err)
-			}
-		}
+		s.Remove(w.channel)
 	}
 }
 
@@ -167,34 +111,29 @@ func (nt *notifier) poke(channel string, echo bool) {
 	w.gen = make(chan struct{})
 }
 
-// receive dispatches notices and subscription confirmations from one node.
-func (nt *notifier) receive(s *nodeSub) {
-	for msg := range s.ps.ChannelWithSubscriptions(redis.WithChannelSize(1024)) {
-		switch m := msg.(type) {
-		case *redis.Message:
-			if m.Payload == nt.c.id {
-				continue // our own release: Lock.releaseInRedis wakes local waiters (poke)
-			}
-			nt.poke(m.Channel, true)
-		case *redis.Subscription:
-			if m.Kind != "subscribe" {
-				continue
-			}
-			nt.mu.Lock()
-			if w := nt.m[m.Channel]; w != nil && !w.confirmed[s.idx] {
-				w.confirmed[s.idx] = true
-				w.nconf++
-				if w.nconf == nt.needed() {
-					close(w.ready)
-				}
-			}
-			nt.mu.Unlock()
+// receive dispatches one node's notices and subscription confirmations (on that node's
+// Listen goroutine).
+func (nt *notifier) receive(idx int, m transport.Notice) {
+	if !m.Subscribed {
+		if m.Payload == nt.c.id {
+			return // our own release: Lock.releaseInRedis wakes local waiters (poke)
+		}
+		nt.poke(m.Channel, true)
+		return
+	}
+	nt.mu.Lock()
+	if w := nt.m[m.Channel]; w != nil && !w.confirmed[idx] {
+		w.confirmed[idx] = true
+		w.nconf++
+		if w.nconf == nt.needed() {
+			close(w.ready)
 		}
 	}
+	nt.mu.Unlock()
 }
 
 func (nt *notifier) close() {
 	for _, s := range nt.subs {
-		_ = s.ps.Close() // ends receive's channel
+		_ = s.Close() // ends Listen
 	}
 }

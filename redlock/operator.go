@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/redis/go-redis/v9"
+	"github.com/caddy-redlock/caddy-redlock/redlock/internal/transport"
 )
 
 // This file holds what an operator (an admin API, a CLI) asks of a client: how it and
@@ -139,28 +139,27 @@ func (c *Client) tallyValues(values []string, ours func(string) bool) (present i
 // holds, and the values to compare across nodes (empty when absent; alike for every
 // foreign holder, never equal to ours).
 func inspectNode(cctx context.Context, nd *node, nm names, places []names, ours string) (KeyNode, string, []string, error) {
-	pipe := nd.client.Pipeline()
-	get := pipe.Get(cctx, nm.lock)
-	pttl := pipe.PTTL(cctx, nm.lock)
-	readers := pipe.ZCard(cctx, nm.readers)
-	placeGets := make([]*redis.StringCmd, len(places))
-	for i, p := range places {
-		placeGets[i] = pipe.Get(cctx, p.lock)
+	cmds := make([][]any, 0, 3+len(places))
+	cmds = append(cmds, []any{"get", nm.lock}, []any{"pttl", nm.lock}, []any{"zcard", nm.readers})
+	for _, p := range places {
+		cmds = append(cmds, []any{"get", p.lock})
 	}
-	_, _ = pipe.Exec(cctx)
+	replies, _ := nd.tr.Pipeline(cctx, cmds...)
+	get, readers := replies[0], replies[2]
+	pttl, pttlErr := pttlOf(replies[1])
 	pv := make([]string, len(places))
-	for i, g := range placeGets {
-		if g.Err() == nil {
-			pv[i] = g.Val()
+	for i, g := range replies[3:] {
+		if v, err := g.Text(); err == nil {
+			pv[i] = v
 		}
 	}
 	// GET on a key of another type fails with WRONGTYPE: another client's lock of another
 	// kind (e.g. a Redisson hash), held, not by us. (Not asked with TYPE: one command
 	// fewer for the ACL user to be granted.)
-	gerr := get.Err()
+	value, gerr := get.Text()
 	foreign := gerr != nil && strings.HasPrefix(gerr.Error(), "WRONGTYPE")
-	err := pttl.Err()
-	if gerr != nil && gerr != redis.Nil && !foreign {
+	err := pttlErr
+	if gerr != nil && !get.IsNil() && !foreign {
 		err = errors.Join(err, gerr)
 	}
 	kn := KeyNode{Node: nd.addr}
@@ -169,15 +168,26 @@ func inspectNode(cctx context.Context, nd *node, nm names, places []names, ours 
 		kn.Error = err.Error()
 		return kn, "", nil, err
 	case foreign:
-		kn.Present, kn.PTTL, kn.Type = true, pttl.Val(), "not a string"
+		kn.Present, kn.PTTL, kn.Type = true, pttl, "not a string"
 		return kn, "\x00foreign", pv, nil
 	case gerr == nil:
-		kn.Present, kn.PTTL = true, pttl.Val()
-		kn.Ours = ours != "" && get.Val() == ours
-		if get.Val() == sharedMarker {
-			kn.Readers = int(readers.Val())
+		kn.Present, kn.PTTL = true, pttl
+		kn.Ours = ours != "" && value == ours
+		if value == sharedMarker {
+			n, _ := readers.Int64()
+			kn.Readers = int(n)
 		}
-		return kn, get.Val(), pv, nil
+		return kn, value, pv, nil
 	}
 	return kn, "", pv, nil
+}
+
+// pttlOf reads a PTTL reply as go-redis's PTTL does: milliseconds, with -1 (no expiry)
+// and -2 (no key) kept as they are.
+func pttlOf(r transport.Reply) (time.Duration, error) {
+	ms, err := r.Int64()
+	if err != nil || ms < 0 {
+		return time.Duration(ms), err
+	}
+	return time.Duration(ms) * time.Millisecond, nil
 }

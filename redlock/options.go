@@ -57,7 +57,7 @@ type Options struct {
 	HandoffLimit int
 	// DisablePipelining sends every acquire and release script on a connection of its
 	// own. By default the scripts of concurrent callers go to each node in pipelines
-	// (one write, read and round trip per batch; batcher.go): much less CPU per lock on
+	// (one write, read and round trip per batch; internal/transport/batcher.go): much less CPU per lock on
 	// both sides under concurrency, and a lone call still goes out at once.
 	DisablePipelining bool
 	// TLSConfig is used for the rediss:// nodes instead of go-redis's default (system

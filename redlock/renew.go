@@ -200,7 +200,7 @@ func (c *Client) extendBatch(ctx context.Context, locks []*Lock) []error {
 		if !nd.quarantinedUntil(time.Now()).IsZero() {
 			return false, fmt.Errorf("quarantined after restart: %w", errNotAsked)
 		}
-		r, err := extendScript.run(cctx, nd.client, keys, argv...).Int64Slice()
+		r, err := extendScript.Run(cctx, nd.tr, keys, argv...).Int64Slice()
 		if err == nil && len(r) != len(locks) {
 			err = fmt.Errorf("unexpected extend reply of %d items for %d keys", len(r), len(locks))
 		}
@@ -253,7 +253,7 @@ func (c *Client) retake(ctx context.Context, perNode [][]*Lock) {
 			return false, errNotAsked
 		}
 		keys, argv := lockArgs(perNode[i])
-		return true, retakeScript.run(cctx, nd.client, keys, argv...).Err()
+		return true, retakeScript.Run(cctx, nd.tr, keys, argv...).Err()
 	})
 }
 

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/caddy-redlock/caddy-redlock/internal/redistest"
+	"github.com/caddy-redlock/caddy-redlock/redlock/internal/transport"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -172,7 +173,7 @@ func TestYoungWindowIsConservative(t *testing.T) {
 	servers := redistest.StartN(t, 1)
 	c := newTestClient(t, servers, fastOptions())
 	n := &node{addr: "test", c: c} // not one of c's nodes: nothing else observes it
-	n.observe("run_id:abc\r\nuptime_in_seconds:1\r\n", nil)
+	n.observe("run_id:abc\r\nuptime_in_seconds:1\r\n", transport.Reply{})
 	if age := time.Since(time.Unix(0, n.startedAt.Load())); age < 0 || age > 500*time.Millisecond {
 		t.Fatalf("uptime 1 s dated the start %v ago, want about now", age)
 	}

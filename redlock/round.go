@@ -64,7 +64,7 @@ func (r *round) decisiveLocked() bool {
 		return true
 	}
 	for i, nd := range c.nodes {
-		if nd.silent.Load() && !r.repliedLocked(i) {
+		if nd.silent() && !r.repliedLocked(i) {
 			no++
 		}
 	}

@@ -1,8 +1,11 @@
 package redlock
 
+import "github.com/caddy-redlock/caddy-redlock/redlock/internal/transport"
+
 // The Lua scripts. They run with EVALSHA under the digest Redis computed for them, and
 // go again as EVAL on NOSCRIPT (after a restart or SCRIPT FLUSH), so each is sent in full
-// about once per node (digest.go: no SHA-1 is computed in Go, for FIPS 140-only mode).
+// about once per node (internal/transport/digest.go: no SHA-1 is computed in Go, for
+// FIPS 140-only mode).
 //
 // Interoperability: the lock itself is exactly the string key prefix+key holding the value
 // with a PX expiry, as any standard Redlock client (redsync, node-redlock, redis-py) writes it.
@@ -333,3 +336,22 @@ else
 end
 return {cur, m, now}
 `
+
+// newScript makes a script run by digest (transport.Script).
+func newScript(src string) *transport.Script { return transport.NewScript(src) }
+
+// scripts are all the client's scripts run by digest, with what ACL hints say of them:
+// their names and the Redis commands they run (the transport adds its permission
+// probe). announceScript is not among them: it always goes as EVAL (node.hello). The
+// releases are cleanups: behind a call refused with NOSCRIPT they run again after it
+// (transport's batcher), so a release never stays ahead of the SET it cleans up.
+var scripts = transport.NewScripts(
+	acquireScript.About("acquire", "GET", "PTTL", "SET", "DEL", "TIME"),
+	readAcquireScript.About("shared acquire", "GET", "PTTL", "SET", "DEL", "TIME", "ZREMRANGEBYSCORE", "ZADD", "ZRANGE", "PEXPIRE"),
+	readReleaseScript.About("shared release", "GET", "SET", "DEL", "TIME", "ZREM", "ZREMRANGEBYSCORE", "ZRANGE", "PEXPIRE", "PUBLISH").AsCleanup(),
+	commitScript.About("fencing commit", "GET", "SET", "PEXPIRE", "ZSCORE", "TIME"),
+	extendScript.About("renewal", "GET", "PEXPIRE", "PTTL", "TIME", "ZSCORE", "ZADD"),
+	retakeScript.About("re-take", "SET"),
+	releaseScript.About("release", "GET", "DEL", "SET", "PUBLISH").AsCleanup(),
+	forceReleaseScript.About("force release", "DEL", "PUBLISH"),
+)

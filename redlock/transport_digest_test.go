@@ -13,15 +13,15 @@ import (
 )
 
 // waitDigests waits until a node told every script's digest (a client's first
-// connection asks: digest.go).
+// connection asks: internal/transport/digest.go).
 func waitDigests(t testing.TB) {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
 	for {
 		missing := ""
-		for _, s := range scripts {
-			if s.digest() == "" {
-				missing = s.name
+		for _, s := range scripts.List() {
+			if s.Digest() == "" {
+				missing = s.Name()
 			}
 		}
 		if missing == "" {
@@ -42,41 +42,14 @@ func TestDigestsFromRedis(t *testing.T) {
 	waitDigests(t)
 	rc := redis.NewClient(&redis.Options{Addr: servers[0].Addr()})
 	defer rc.Close()
-	for _, s := range scripts {
-		sha, err := rc.ScriptLoad(context.Background(), s.src).Result()
+	for _, s := range scripts.List() {
+		sha, err := rc.ScriptLoad(context.Background(), s.Src()).Result()
 		if err != nil {
 			t.Fatal(err)
 		}
-		if s.digest() != sha {
-			t.Errorf("%s script: learned digest %q, SCRIPT LOAD says %q", s.name, s.digest(), sha)
+		if s.Digest() != sha {
+			t.Errorf("%s script: learned digest %q, SCRIPT LOAD says %q", s.Name(), s.Digest(), sha)
 		}
-	}
-}
-
-// Answers that are not one digest per text are not kept (the scripts keep going as EVAL).
-func TestNoteDigestsRefusesOddAnswers(t *testing.T) {
-	s := newScript("return 1").about("test")
-	scriptsBySrc[s.src] = s
-	defer delete(scriptsBySrc, s.src)
-	ctx := context.Background()
-	for _, answer := range [][]any{
-		{},                        // too few
-		{"not a digest"},          // not hex
-		{strings.Repeat("A", 40)}, // not as Redis writes it
-		{strings.Repeat("a", 40), strings.Repeat("b", 40)}, // too many
-	} {
-		cmd := redis.NewCmd(ctx, "eval", digestScript, 0, s.src)
-		cmd.SetVal(answer)
-		noteDigests(cmd)
-		if s.digest() != "" {
-			t.Fatalf("answer %v kept as digest %q", answer, s.digest())
-		}
-	}
-	cmd := redis.NewCmd(ctx, "eval", digestScript, 0, s.src)
-	cmd.SetVal([]any{strings.Repeat("a", 40)})
-	noteDigests(cmd)
-	if s.digest() != strings.Repeat("a", 40) {
-		t.Fatalf("a well-formed answer was not kept: %q", s.digest())
 	}
 }
 
@@ -158,8 +131,8 @@ func commandStats(t testing.TB, s *redistest.Server) map[string]int {
 
 // forgetDigests makes the scripts go as EVAL again until a node tells their digests.
 func forgetDigests() {
-	for _, s := range scripts {
-		s.sha.Store(nil)
+	for _, s := range scripts.List() {
+		s.ForgetDigest()
 	}
 }
 

@@ -1,6 +1,7 @@
 package redlock
 
 import (
+	"context"
 	"errors"
 	"testing"
 	"time"
@@ -20,7 +21,7 @@ func TestTallyRound(t *testing.T) {
 	reset := func() {
 		for _, n := range c.nodes {
 			n.startedAt.Store(old)
-			n.silent.Store(false)
+			n.record("acquire", 0, nil) // answered
 		}
 	}
 	grant := func(i int, token int64, reserved bool) nodeReply {
@@ -63,7 +64,7 @@ func TestTallyRound(t *testing.T) {
 	})
 	t.Run("a silent node that did not reply is a failure", func(t *testing.T) {
 		reset()
-		c.nodes[4].silent.Store(true)
+		c.nodes[4].record("acquire", 0, context.DeadlineExceeded) // no answer
 		tl := c.tallyRound([]nodeReply{grant(0, 1, true), grant(1, 1, true), grant(2, 1, true), busy(3, time.Second)})
 		if len(tl.errs) != 1 || tl.errs[0].(nodeError).node != c.nodes[4].addr {
 			t.Fatalf("%+v: want node 5 as a failure", tl.errs)

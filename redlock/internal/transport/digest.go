@@ -1,4 +1,4 @@
-package redlock
+package transport
 
 import (
 	"context"
@@ -19,7 +19,7 @@ import (
 //
 // So the digests come from Lua's redis.sha1hex, through EVAL, which the ACL line grants:
 // digestScript returns the digest of every script text it is given, in one call that
-// rides in the pipeline a new connection already sends (node.onConnect), so learning
+// rides in the pipeline a new connection already sends (Node.onConnect), so learning
 // them costs no round trip. The digest of a text is the same on every server (it is the
 // script's name in the EVALSHA protocol), so the first node to answer teaches the whole
 // process: commands are then built once per round and shared by every node (batcher.go).
@@ -29,40 +29,65 @@ import (
 // the call again as EVAL, which caches the script there for the next EVALSHA: the
 // fallback needs nothing beyond EVAL either.
 
-// script is a Lua script of the client, with what the ACL hints say about it.
-type script struct {
+// Script is a Lua script run by digest, with what the ACL hints say about it.
+type Script struct {
 	name     string   // what ACL hints call it ("the acquire script")
 	commands []string // the Redis commands it runs (ACL hints)
 	src      string
+	cleanup  bool                   // AsCleanup
 	sha      atomic.Pointer[string] // its digest, as Redis computed it; nil until learned
 }
 
-func newScript(src string) *script { return &script{src: src} }
+// NewScript makes the script of a Lua text.
+func NewScript(src string) *Script { return &Script{src: src} }
 
-// about names s and the commands it runs (for the scripts table).
-func (s *script) about(name string, commands ...string) *script {
+// About names s and the commands it runs (for ACL hints).
+func (s *Script) About(name string, commands ...string) *Script {
 	s.name, s.commands = name, commands
 	return s
 }
 
-// digest is the script's digest, or "" while no node has told it.
-func (s *script) digest() string {
+// AsCleanup marks s as a cleanup that may run twice (a compare-and-delete): in a batch
+// where an earlier call met NOSCRIPT, s is sent again after that call's retry, so it
+// still runs after what it cleans up (batcher.go, noScriptRetry).
+func (s *Script) AsCleanup() *Script {
+	s.cleanup = true
+	return s
+}
+
+// IsCleanup reports whether s was marked AsCleanup.
+func (s *Script) IsCleanup() bool { return s.cleanup }
+
+// Name is what ACL hints call the script.
+func (s *Script) Name() string { return s.name }
+
+// Src is the script's Lua text.
+func (s *Script) Src() string { return s.src }
+
+// Digest is the script's digest, or "" while no node has told it.
+func (s *Script) Digest() string { return s.digest() }
+
+func (s *Script) digest() string {
 	if p := s.sha.Load(); p != nil {
 		return *p
 	}
 	return ""
 }
 
-// run runs the script on one node by itself (not batched): EVALSHA once the digest is
-// known, EVAL with the text when it is not or the node answered NOSCRIPT.
-func (s *script) run(ctx context.Context, c redis.Scripter, keys []string, argv ...any) *redis.Cmd {
+// ForgetDigest makes the script go as EVAL again until a new connection learns its
+// digest (tests: a process that never learned it).
+func (s *Script) ForgetDigest() { s.sha.Store(nil) }
+
+// Run runs the script on one node by itself (not batched), unrecorded: EVALSHA once the
+// digest is known, EVAL with the text when it is not or the node answered NOSCRIPT.
+func (s *Script) Run(ctx context.Context, n *Node, keys []string, argv ...any) Reply {
 	if sha := s.digest(); sha != "" {
-		r := c.EvalSha(ctx, sha, keys, argv...)
+		r := n.client.EvalSha(ctx, sha, keys, argv...)
 		if !isNoScript(r.Err()) {
-			return r
+			return replyOf(r)
 		}
 	}
-	return c.Eval(ctx, s.src, keys, argv...)
+	return replyOf(n.client.Eval(ctx, s.src, keys, argv...))
 }
 
 // isNoScript tells a node's NOSCRIPT answer (go-redis may have turned it into
@@ -71,34 +96,30 @@ func isNoScript(err error) bool {
 	return err != nil && (errors.Is(err, redis.ErrNoScript) || redis.HasErrorPrefix(err, "NOSCRIPT"))
 }
 
-// scripts are all the client's scripts run by digest, with what ACL hints say of them:
-// their names and the Redis commands they run. announceScript is not among them: it
-// always goes as EVAL (node.announce).
-var scripts = []*script{
-	acquireScript.about("acquire", "GET", "PTTL", "SET", "DEL", "TIME"),
-	readAcquireScript.about("shared acquire", "GET", "PTTL", "SET", "DEL", "TIME", "ZREMRANGEBYSCORE", "ZADD", "ZRANGE", "PEXPIRE"),
-	readReleaseScript.about("shared release", "GET", "SET", "DEL", "TIME", "ZREM", "ZREMRANGEBYSCORE", "ZRANGE", "PEXPIRE", "PUBLISH"),
-	commitScript.about("fencing commit", "GET", "SET", "PEXPIRE", "ZSCORE", "TIME"),
-	extendScript.about("renewal", "GET", "PEXPIRE", "PTTL", "TIME", "ZSCORE", "ZADD"),
-	retakeScript.about("re-take", "SET"),
-	releaseScript.about("release", "GET", "DEL", "SET", "PUBLISH"),
-	forceReleaseScript.about("force release", "DEL", "PUBLISH"),
-	probeScript.about("permission probe", probeCommands...),
+// Scripts are the scripts a process runs by digest (Config.Scripts): the owner's, and the
+// permission probe's (probe.go).
+type Scripts struct {
+	list  []*Script
+	bySrc map[string]*Script // what an EVAL sent (ACL hints, noteDigests)
 }
 
-// scriptsBySrc finds a script from the text an EVAL sent (ACL hints).
-var scriptsBySrc = func() map[string]*script {
-	m := make(map[string]*script, len(scripts))
-	for _, s := range scripts {
+// NewScripts gathers the owner's scripts, each named with About.
+func NewScripts(list ...*Script) *Scripts {
+	list = append(list[:len(list):len(list)], probeScript)
+	m := make(map[string]*Script, len(list))
+	for _, s := range list {
 		m[s.src] = s
 	}
-	return m
-}()
+	return &Scripts{list: list, bySrc: m}
+}
 
-// scriptByDigest finds a script from the digest an EVALSHA sent (ACL hints); nil when
-// the digest is none of ours.
-func scriptByDigest(sha string) *script {
-	for _, s := range scripts {
+// List returns every script of the set, the probe's last.
+func (ss *Scripts) List() []*Script { return ss.list }
+
+// byDigest finds a script from the digest an EVALSHA sent (ACL hints); nil when the
+// digest is none of ours.
+func (ss *Scripts) byDigest(sha string) *Script {
+	for _, s := range ss.list {
 		if d := s.digest(); d != "" && d == sha {
 			return s
 		}
@@ -115,9 +136,12 @@ return r`
 
 // learnDigests queues digestScript for the scripts whose digest is not known yet, or
 // returns nil when every digest is known.
-func learnDigests(ctx context.Context, p redis.Pipeliner) *redis.Cmd {
+func learnDigests(ctx context.Context, p redis.Pipeliner, ss *Scripts) *redis.Cmd {
+	if ss == nil {
+		return nil
+	}
 	var texts []any
-	for _, s := range scripts {
+	for _, s := range ss.list {
 		if s.digest() == "" {
 			texts = append(texts, s.src)
 		}
@@ -133,7 +157,7 @@ func learnDigests(ctx context.Context, p redis.Pipeliner) *redis.Cmd {
 // once known is never forgotten, so a concurrent learner can only have sent more). An
 // answer that is not one digest per text, each 40 lowercase hex digits, is ignored: the
 // scripts then keep going as EVAL, and the next new connection asks again.
-func noteDigests(cmd *redis.Cmd) {
+func noteDigests(cmd *redis.Cmd, ss *Scripts) {
 	if cmd == nil || cmd.Err() != nil {
 		return
 	}
@@ -151,7 +175,7 @@ func noteDigests(cmd *redis.Cmd) {
 		}
 	}
 	for i, d := range got {
-		if s := scriptsBySrc[sent[i].(string)]; s != nil {
+		if s := ss.bySrc[sent[i].(string)]; s != nil {
 			s.sha.CompareAndSwap(nil, &d)
 		}
 	}

@@ -1,4 +1,4 @@
-package redlock
+package transport
 
 import (
 	"context"
@@ -28,7 +28,7 @@ var probeCommands = []string{"SET", "GET", "PTTL", "PEXPIRE", "DEL", "PUBLISH", 
 
 // probeScript: KEYS[1] a probe key under the prefix, ARGV[1] a channel under the prefix.
 // Returns {command, error, command, error, ...} for the refused commands.
-var probeScript = newScript(`
+var probeScript = NewScript(`
 local bad = {}
 local function try(name, ...)
   local r = redis.pcall(name, ...)
@@ -45,9 +45,9 @@ try('DEL', KEYS[1])
 try('PUBLISH', ARGV[1], 'probe')
 try('TIME')
 return bad
-`)
+`).About("permission probe", probeCommands...)
 
-// probeState is a node's probe outcome, kept out of node's own fields.
+// probeState is a node's probe outcome, kept out of Node's own fields.
 type probeState struct {
 	mu       sync.Mutex
 	passed   bool
@@ -59,16 +59,12 @@ type probeState struct {
 // times out in several ways) is logged again.
 const relogAfter = time.Minute
 
-// probeName is the probe's key and channel: under the prefix, NUL-separated from every
-// lock key (keys cannot contain NUL; names.go).
-func (c *Client) probeName() string { return c.opt.Prefix + "\x00probe" }
-
 // probe runs the permission probe on the node; nil when everything the client uses is
 // allowed.
-func (n *node) probe(ctx context.Context, timeout time.Duration) error {
+func (n *Node) probe(ctx context.Context, timeout time.Duration) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	name := n.c.probeName()
+	name := n.cfg.ProbeName
 	var missing []string
 	// EVAL first (it caches the script), then EVALSHA: both are used.
 	r, err := n.client.Eval(ctx, probeScript.src, []string{name}, name).StringSlice()
@@ -105,7 +101,7 @@ func (n *node) probe(ctx context.Context, timeout time.Duration) error {
 
 // probeSubscribe subscribes to a channel under the prefix on a connection of its own
 // and waits for the confirmation (or the refusal).
-func (n *node) probeSubscribe(ctx context.Context, channel string) error {
+func (n *Node) probeSubscribe(ctx context.Context, channel string) error {
 	ps := n.client.Subscribe(ctx)
 	defer ps.Close()
 	if err := ps.Subscribe(ctx, channel); err != nil {
@@ -121,16 +117,16 @@ func (n *node) probeSubscribe(ctx context.Context, channel string) error {
 	return nil
 }
 
-// afterCheck runs after each health check: it probes a node that answers until the
+// AfterCheck runs after each health check: it probes a node that answers until the
 // probe passes, and logs a node's configuration problems (TLS, authentication, ACL; an
 // unreachable node is the health check's business) once per distinct problem (at warn;
 // a recovery at info; a problem that changes form is logged again after relogAfter).
-// Called from the node's own health loop only.
-func (n *node) afterCheck(ctx context.Context, timeout time.Duration) {
+// Called from the node's own health loop only (after Check).
+func (n *Node) AfterCheck(ctx context.Context, timeout time.Duration) {
 	if ctx.Err() != nil {
 		return // closing: the check failed for that reason
 	}
-	st := n.status()
+	st := n.Facts()
 	p := &n.probed
 	p.mu.Lock()
 	passed := p.passed
@@ -177,9 +173,9 @@ func (n *node) afterCheck(ctx context.Context, timeout time.Duration) {
 	p.mu.Unlock()
 	switch {
 	case warn:
-		n.c.opt.Logger.Warn("redis node unusable", slog.String("node", n.addr), slog.String("error", problem.Error()))
+		n.cfg.Logger.Warn("redis node unusable", slog.String("node", n.addr), slog.String("error", problem.Error()))
 	case problem == nil && prev != "":
-		n.c.opt.Logger.Info("redis node usable again", slog.String("node", n.addr))
+		n.cfg.Logger.Info("redis node usable again", slog.String("node", n.addr))
 	}
 }
 

@@ -1,4 +1,4 @@
-package redlock
+package transport
 
 import (
 	"context"
@@ -20,7 +20,8 @@ import (
 // it). The node is named by the callers (node errors are "addr: err"). The original
 // error stays reachable with errors.Unwrap / errors.As.
 type errorHints struct {
-	tls bool // the node is reached over TLS
+	tls     bool     // the node is reached over TLS
+	scripts *Scripts // to name a script refused inside (aclHint)
 }
 
 func (errorHints) DialHook(next redis.DialHook) redis.DialHook { return next }
@@ -71,7 +72,8 @@ func (e errorHints) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pr
 // ConfigError is a node error only the operator can fix: a TLS failure, an ACL refusal or
 // refused credentials, with what to check (Hint). The error from Redis or the connection
 // stays reachable with errors.Unwrap / errors.As. A node with one is unusable, not down
-// (NodeStatus.LastErr; the permission probe, probe.go).
+// (Facts.LastErr, redlock's NodeStatus.LastErr; the permission probe, probe.go).
+// redlock re-exports it as redlock.ConfigError (a type alias: the same type).
 type ConfigError struct {
 	Kind ConfigErrorKind
 	Hint string
@@ -102,7 +104,7 @@ func (e errorHints) hintFor(cmd redis.Cmder, err error) error {
 	if h := tlsHint(err, e.tls); h != "" {
 		return &ConfigError{Kind: ConfigTLS, Hint: h, Err: err}
 	}
-	if h := aclHint(cmd, err); h != "" {
+	if h := aclHint(cmd, err, e.scripts); h != "" {
 		return &ConfigError{Kind: ConfigACL, Hint: h, Err: err}
 	}
 	if msg := err.Error(); strings.HasPrefix(msg, "WRONGPASS") || strings.HasPrefix(msg, "NOAUTH") {
@@ -153,7 +155,7 @@ func tlsHint(err error, overTLS bool) string {
 // aclHint explains an ACL refusal. A direct NOPERM names its command already; a command
 // refused inside a script is reported as "ERR The user executing the script can't run
 // this command", so the script (known by its digest or text) tells which commands to grant.
-func aclHint(cmd redis.Cmder, err error) string {
+func aclHint(cmd redis.Cmder, err error, ss *Scripts) string {
 	msg := err.Error()
 	inScript := strings.Contains(msg, "user executing the script can't run this command")
 	if !inScript && !strings.HasPrefix(msg, "NOPERM") {
@@ -162,7 +164,7 @@ func aclHint(cmd redis.Cmder, err error) string {
 	what := "the command"
 	if cmd != nil {
 		what = strings.ToUpper(cmd.Name())
-		if s := scriptOf(cmd); s != nil {
+		if s := scriptOf(cmd, ss); s != nil {
 			what = fmt.Sprintf("%s of the %s script (it runs %s)", what, s.name, strings.Join(s.commands, ", "))
 		}
 	}
@@ -176,14 +178,14 @@ func aclHint(cmd redis.Cmder, err error) string {
 }
 
 // scriptOf finds our script in an EVAL (by its text) or EVALSHA (by its digest).
-func scriptOf(cmd redis.Cmder) *script {
+func scriptOf(cmd redis.Cmder, ss *Scripts) *Script {
 	args := cmd.Args()
-	if len(args) < 2 {
+	if len(args) < 2 || ss == nil {
 		return nil
 	}
 	body, _ := args[1].(string)
 	if strings.EqualFold(cmd.Name(), "eval") {
-		return scriptsBySrc[body]
+		return ss.bySrc[body]
 	}
-	return scriptByDigest(strings.ToLower(body))
+	return ss.byDigest(strings.ToLower(body))
 }

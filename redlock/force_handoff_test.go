@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/caddy-redlock/caddy-redlock/internal/redistest"
-	"github.com/redis/go-redis/v9"
 )
 
 // (Found by review.) force releases of a key (by the same client) racing acquires of it (local
@@ -214,8 +213,9 @@ func TestForceReleaseLeavesTheTurnWithTheAcquire(t *testing.T) {
 func valueOnNodes(ctx context.Context, c *Client, key, value string) (int, error) {
 	n := 0
 	for _, nd := range c.nodes {
-		v, err := nd.client.Get(ctx, defaultPrefix+key).Result()
-		if err != nil && err != redis.Nil {
+		r := nd.tr.Do(ctx, "get", defaultPrefix+key)
+		v, err := r.Text()
+		if err != nil && !r.IsNil() {
 			return 0, err
 		}
 		if v == value {

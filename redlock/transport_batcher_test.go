@@ -39,8 +39,9 @@ func TestBatcherCoalescesConcurrentCalls(t *testing.T) {
 	wg.Wait()
 	var batches, sent int64
 	for _, n := range c.nodes {
-		batches += n.batch.batches.Load()
-		sent += n.batch.sent.Load()
+		b, s := n.tr.Batches()
+		batches += b
+		sent += s
 	}
 	if sent < int64(callers*len(servers)) { // at least every acquire reached every node
 		t.Fatalf("%d calls sent, want at least %d", sent, callers*len(servers))
@@ -85,37 +86,14 @@ func TestBatcherRecoversFromScriptFlush(t *testing.T) {
 	}
 }
 
-// A node that lost its scripts (restart, SCRIPT FLUSH) may refuse a round's SET with
-// NOSCRIPT while the same pipeline's later release of that value runs (its script was
-// loaded): the release then ran first, for nothing. After loading, it must run again
-// behind the retried SET, or our value would stand on the node for a ttl.
-func TestBatcherNoScriptRetryKeepsOrder(t *testing.T) {
-	servers := redistest.StartN(t, 1)
-	c := newTestClient(t, servers, fastOptions())
-	ctx := context.Background()
-	rc := redis.NewClient(&redis.Options{Addr: servers[0].Addr()})
-	defer rc.Close()
-	if err := rc.ScriptFlush(ctx).Err(); err != nil {
-		t.Fatal(err)
-	}
-	waitDigests(t) // so the acquire goes as EVALSHA, and meets NOSCRIPT
-	// Only the release is known.
-	if err := rc.ScriptLoad(ctx, releaseScript.src).Err(); err != nil {
-		t.Fatal(err)
-	}
-	nm := c.names("noscript")
-	const owner, value = "OWNER:", "OWNER:1"
-	deadline := time.Now().Add(time.Second)
-	mk := func(script *script, keys []string, args ...any) *call {
-		return &call{cmd: newCommand(script, keys, args...), deadline: deadline, deliver: func(*redis.Cmd) {}}
-	}
-	acq := mk(acquireScript, []string{nm.lock, nm.counter, nm.writer}, value, 5000, owner, "0", 60000, 1, 500)
-	rel := mk(releaseScript, []string{nm.lock}, value, nm.channel, "id")
-	c.nodes[0].batch.send(ctx, []*call{acq, rel})
-	if err := acq.reply.Err(); err != nil {
-		t.Fatalf("acquire after the script was loaded: %v", err)
-	}
-	if _, ok := rawGet(t, servers[0], "noscript"); ok {
-		t.Fatal("the retried SET stands: its release ran before it and was not sent again")
+// The order of a retried SET and its release after NOSCRIPT is the transport's
+// (TestBatcherNoScriptRetryKeepsOrder there); here, that the releases are the scripts it
+// reorders.
+func TestReleasesAreCleanups(t *testing.T) {
+	for _, s := range scripts.List() {
+		want := s == releaseScript || s == readReleaseScript
+		if got := s.IsCleanup(); got != want {
+			t.Errorf("%s script: cleanup %v, want %v", s.Name(), got, want)
+		}
 	}
 }

@@ -65,8 +65,9 @@ func BenchmarkConcurrentUniqueKeys(b *testing.B) {
 			if !c.opt.DisablePipelining {
 				var batches, sent int64
 				for _, nd := range c.nodes {
-					batches += nd.batch.batches.Load()
-					sent += nd.batch.sent.Load()
+					b, s := nd.tr.Batches()
+					batches += b
+					sent += s
 				}
 				b.ReportMetric(float64(sent)/float64(max(batches, 1)), "calls/pipeline")
 			}

@@ -21,6 +21,7 @@ func TestReadersTurnScripts(t *testing.T) {
 	srv := redistest.StartN(t, 1)[0]
 	rc := redis.NewClient(&redis.Options{Addr: srv.Addr()})
 	defer rc.Close()
+	tn := scriptNode(t, srv)
 	ctx := context.Background()
 	const turn = 300 // ms: loose, the race detector on shared cores is slow
 	keys := []string{"k", "k" + counterSuffix, "k" + writerSuffix, "k" + readersSuffix, "k" + turnSuffix}
@@ -41,12 +42,12 @@ func TestReadersTurnScripts(t *testing.T) {
 	}
 	write := func(owner string, attempt int) []int64 {
 		t.Helper()
-		return ints(acquireScript.run(ctx, rc, []string{keys[0], keys[1], keys[2], marker},
+		return ints(acquireScript.Run(ctx, tn, []string{keys[0], keys[1], keys[2], marker},
 			owner+strconv.Itoa(attempt), 5000, owner, "0", 60000, attempt, 2000).Slice())
 	}
 	read := func(value string) []int64 {
 		t.Helper()
-		return ints(readAcquireScript.run(ctx, rc, append(keys[:5:5], marker), value, 5000, value, "0", 60000, 1, 2000).Slice())
+		return ints(readAcquireScript.Run(ctx, tn, append(keys[:5:5], marker), value, 5000, value, "0", 60000, 1, 2000).Slice())
 	}
 	get := func(k string) string { v, _ := rc.Get(ctx, k).Result(); return v }
 
@@ -62,7 +63,7 @@ func TestReadersTurnScripts(t *testing.T) {
 	if r := write("W2:", 2); r[0] != 0 {
 		t.Fatalf("second writer granted under the first: %v", r)
 	}
-	if n, err := releaseScript.run(ctx, rc, []string{"k", keys[4]}, "W1:1", "chan", "id", turn).Int64(); err != nil || n != 1 {
+	if n, err := releaseScript.Run(ctx, tn, []string{"k", keys[4]}, "W1:1", "chan", "id", turn).Int64(); err != nil || n != 1 {
 		t.Fatalf("release: %d %v", n, err)
 	}
 	if get("k") != sharedMarker || get(keys[4]) != "t" {
@@ -87,7 +88,7 @@ func TestReadersTurnScripts(t *testing.T) {
 	if r := write("W2:", 4); r[0] != 0 {
 		t.Fatalf("writer granted while a reader holds: %v", r)
 	}
-	if n, err := readReleaseScript.run(ctx, rc, keys[:4], "R1", "chan", "id").Int64(); err != nil || n < 1 {
+	if n, err := readReleaseScript.Run(ctx, tn, keys[:4], "R1", "chan", "id").Int64(); err != nil || n < 1 {
 		t.Fatalf("reader release: %d %v", n, err)
 	}
 	if r := write("W2:", 5); r[0] != 1 {
@@ -95,7 +96,7 @@ func TestReadersTurnScripts(t *testing.T) {
 	}
 	// A release with no readers waiting (R2's mark is "w" again: it was refused after the
 	// turn) gives them a turn; one with no mark does not.
-	if n, err := releaseScript.run(ctx, rc, []string{"k", keys[4]}, "W2:5", "chan", "id", turn).Int64(); err != nil || n != 1 {
+	if n, err := releaseScript.Run(ctx, tn, []string{"k", keys[4]}, "W2:5", "chan", "id", turn).Int64(); err != nil || n != 1 {
 		t.Fatalf("release: %d %v", n, err)
 	}
 	if get(keys[4]) != "t" {
@@ -105,7 +106,7 @@ func TestReadersTurnScripts(t *testing.T) {
 	if r := write("W3:", 1); r[0] != 1 {
 		t.Fatalf("writer on a free key: %v", r)
 	}
-	if n, err := releaseScript.run(ctx, rc, []string{"k", keys[4]}, "W3:1", "chan", "id", turn).Int64(); err != nil || n != 1 {
+	if n, err := releaseScript.Run(ctx, tn, []string{"k", keys[4]}, "W3:1", "chan", "id", turn).Int64(); err != nil || n != 1 {
 		t.Fatalf("release: %d %v", n, err)
 	}
 	if v, err := rc.Exists(ctx, "k").Result(); err != nil || v != 0 {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/caddy-redlock/caddy-redlock/internal/redistest"
+	"github.com/caddy-redlock/caddy-redlock/redlock/internal/transport"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -102,10 +103,8 @@ func waitMarkers(t testing.TB, c *Client) {
 }
 
 // announceReply builds announceScript's reply for observe.
-func announceReply(bound int64, value string, now int64) *redis.Cmd {
-	cmd := redis.NewCmd(context.Background())
-	cmd.SetVal([]any{bound, value, now})
-	return cmd
+func announceReply(bound int64, value string, now int64) transport.Reply {
+	return transport.NewReply([]any{bound, value, now}, nil)
 }
 
 // The detection rule on synthetic INFO and announce replies (no sleeping): a changed

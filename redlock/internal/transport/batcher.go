@@ -1,4 +1,4 @@
-package redlock
+package transport
 
 import (
 	"context"
@@ -33,7 +33,7 @@ import (
 //     (the value is that attempt's; renewals and takeovers compare it);
 //   - replies are delivered by callback, so a round needs no goroutine or timer per node.
 type batcher struct {
-	nd     *node
+	nd     *Node
 	mu     sync.Mutex
 	queue  []*call
 	closed bool
@@ -42,21 +42,23 @@ type batcher struct {
 	batches, sent atomic.Int64 // pipelines and calls sent, for tests and benchmarks
 }
 
-// command is what one round or release sends to every node: a script, as EVALSHA (as
+// Command is what one round or release sends to every node: a script, as EVALSHA (as
 // EVAL with its text after NOSCRIPT, or while its digest is not known: digest.go), or
 // with script nil the plain command in argv. It is built once and shared, read-only, by
 // every node's call: a lock costs one argument list per round, not one per node (a
 // script's digest is the same on every node).
-type command struct {
-	script *script
+type Command struct {
+	script *Script
 	keys   []string
 	argv   []any
 	args   []any // as sent: evalsha sha numkeys keys... argv... (or eval text ...), or argv
 }
 
-func newCommand(script *script, keys []string, argv ...any) *command {
+// NewCommand builds the command that runs script (nil: the plain command argv) with
+// keys and argv.
+func NewCommand(script *Script, keys []string, argv ...any) *Command {
 	if script == nil {
-		return &command{argv: argv, args: argv}
+		return &Command{argv: argv, args: argv}
 	}
 	args := make([]any, 0, 3+len(keys)+len(argv))
 	if sha := script.digest(); sha != "" {
@@ -67,39 +69,82 @@ func newCommand(script *script, keys []string, argv ...any) *command {
 	for _, k := range keys {
 		args = append(args, k)
 	}
-	return &command{script: script, keys: keys, argv: argv, args: append(args, argv...)}
+	return &Command{script: script, keys: keys, argv: argv, args: append(args, argv...)}
 }
 
 // call is one node's share of a command, waiting for its batch.
 type call struct {
-	cmd      *command
+	cmd      *Command
 	deadline time.Time
-	reply    *redis.Cmd // set once sent (or failed)
+	reply    *redis.Cmd // set once sent
 	// deliver receives the reply exactly once, on the flusher goroutine (or on the
-	// submitter's, once the client is closed). It must not block.
-	deliver func(*redis.Cmd)
+	// submitter's, once the node is closed). It must not block.
+	deliver func(Reply)
 }
 
 // fail answers c with err, unsent.
 func (c *call) fail(err error) {
-	c.reply = redis.NewCmd(context.Background(), c.cmd.args...)
-	c.reply.SetErr(err)
-	c.deliver(c.reply)
+	c.deliver(Reply{err: err})
 }
 
 // maxPipeline bounds one batch, so one pipeline never holds a node long.
 const maxPipeline = 256
 
-func newBatcher(nd *node) *batcher {
+func newBatcher(nd *Node) *batcher {
 	return &batcher{nd: nd, wake: make(chan struct{}, 1)}
 }
 
-// run is the node's flusher; it ends with the client.
+// Flush runs the node's batcher (its flusher) until ctx ends, then fails the calls
+// still queued and every later one with Config.Closed. Its owner runs it on a goroutine
+// of its own; without Config.Pipelining it returns at once.
+func (n *Node) Flush(ctx context.Context) {
+	if n.batch != nil {
+		n.batch.run(ctx)
+	}
+}
+
+// Batches reports how many pipelines and calls the batcher sent so far (tests and
+// benchmarks); zeros without pipelining.
+func (n *Node) Batches() (batches, sent int64) {
+	if n.batch == nil {
+		return 0, 0
+	}
+	return n.batch.batches.Load(), n.batch.sent.Load()
+}
+
+// Call sends cmd to the node and hands the reply to deliver, exactly once and by about
+// the node timeout (or ctx's deadline, if sooner): through the batcher when pipelining,
+// else on a connection and goroutine of its own. deliver must not block. The call is
+// not cancelled with ctx: a caller may stop waiting early (a release returns at a
+// quorum of deletes) while the rest must still reach their nodes.
+func (n *Node) Call(ctx context.Context, cmd *Command, deliver func(Reply)) {
+	deadline := time.Now().Add(n.cfg.NodeTimeout)
+	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+		deadline = d
+	}
+	if n.batch != nil {
+		n.batch.submit(deadline, deliver, cmd)
+		return
+	}
+	go func() {
+		// Not cancelled with ctx: the batcher does not cancel sent calls either. Each is
+		// bounded by its deadline.
+		cctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), deadline)
+		defer cancel()
+		if cmd.script == nil {
+			deliver(n.Do(cctx, cmd.argv...))
+			return
+		}
+		deliver(cmd.script.Run(cctx, n, cmd.keys, cmd.argv...))
+	}()
+}
+
+// run is the node's flusher; it ends with ctx.
 func (b *batcher) run(ctx context.Context) {
 	for {
 		select {
 		case <-ctx.Done():
-			b.close(ErrClosed)
+			b.close(b.nd.cfg.Closed)
 			return
 		case <-b.wake:
 		}
@@ -118,12 +163,12 @@ func (b *batcher) run(ctx context.Context) {
 }
 
 // submit queues cmd for the node; deliver gets the reply by deadline (see above).
-func (b *batcher) submit(deadline time.Time, deliver func(*redis.Cmd), cmd *command) {
+func (b *batcher) submit(deadline time.Time, deliver func(Reply), cmd *Command) {
 	c := &call{cmd: cmd, deadline: deadline, deliver: deliver}
 	b.mu.Lock()
 	if b.closed {
 		b.mu.Unlock()
-		c.fail(ErrClosed)
+		c.fail(b.nd.cfg.Closed)
 		return
 	}
 	b.queue = append(b.queue, c)
@@ -177,7 +222,7 @@ func (b *batcher) send(ctx context.Context, batch []*call) {
 		b.exec(ctx, retry, true)
 	}
 	for _, c := range batch {
-		c.deliver(c.reply)
+		c.deliver(replyOf(c.reply))
 	}
 }
 
@@ -204,23 +249,24 @@ func (b *batcher) exec(ctx context.Context, calls []*call, full bool) {
 }
 
 // noScriptRetry lists, in order, what must go again with the scripts' text: the
-// calls refused with NOSCRIPT, and every release behind the first of them. A release of
-// a value whose SET was refused ran before that SET: it must run again after it
-// (compare-and-delete may be repeated), or the retried SET would stand for a ttl.
+// calls refused with NOSCRIPT, and every cleanup (Script.AsCleanup: a release) behind
+// the first of them. A release of a value whose SET was refused ran before that SET: it
+// must run again after it (compare-and-delete may be repeated), or the retried SET would
+// stand for a ttl.
 func noScriptRetry(calls []*call) []*call {
 	var out []*call
 	seen := false
 	for _, c := range calls {
 		ns := isNoScript(c.reply.Err())
 		seen = seen || ns
-		if ns || (seen && (c.cmd.script == releaseScript || c.cmd.script == readReleaseScript)) {
+		if ns || (seen && c.cmd.script != nil && c.cmd.script.cleanup) {
 			out = append(out, c)
 		}
 	}
 	return out
 }
 
-// close fails the calls still queued and every later one: the client is closing.
+// close fails the calls still queued and every later one: the node is closing.
 func (b *batcher) close(err error) {
 	b.mu.Lock()
 	q := b.queue
