@@ -287,7 +287,9 @@ func (c *Client) newLock(nm names, key, value string, ttl time.Duration, fencing
 func (c *Client) abandon(l *Lock) {
 	l.mu.Lock()
 	l.markLostLocked(&LostError{Key: l.key, Reason: LostForceReleased})
-	l.moveLocked(released) // unless a force release's Release of it is under way
+	if l.state == provisional { // else a force release's Release of it is under way and ends it
+		l.moveLocked(released)
+	}
 	l.mu.Unlock()
 	c.pending.add(1)
 	c.goBackground(func() {

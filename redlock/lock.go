@@ -36,6 +36,8 @@ type Lock struct {
 	cause error
 	// turn is the key's turn in the local line, once keep moved it here from the Acquire
 	// (nil before, and for a lock without a line: a reader, a place of a limited key).
+	// Written once, by keep, under mu and before the state leaves provisional: whoever
+	// has seen the lock held or releasing under mu may read it without mu (the handoff).
 	turn *turn
 	// done is cancelled, with cause as its cause, the moment the lock is lost or
 	// released (Context).

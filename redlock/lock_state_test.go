@@ -4,6 +4,8 @@ import (
 	"context"
 	"testing"
 	"time"
+
+	"github.com/caddy-redlock/caddy-redlock/internal/redistest"
 )
 
 // The moves between a lock's states are the ones state.go's diagram draws, and no other:
@@ -112,5 +114,36 @@ func TestTurnIsSpentOnce(t *testing.T) {
 	third.tn.pass(false)
 	if n := len(qs.m); n != 0 {
 		t.Fatalf("%d lines left after every turn was spent", n)
+	}
+}
+
+// Every way a Lock is made gives it its state explicitly: a reader that joins its
+// client's group has no round to keep and starts held (the zero state is provisional,
+// which would refuse HandOver's and renewals' checks in ways nobody asked for).
+func TestJoinedReaderStartsHeld(t *testing.T) {
+	servers := redistest.StartN(t, 3)
+	c := newTestClient(t, servers, fastOptions())
+	ctx := context.Background()
+	r1 := mustAcquire(t, c, "doc", read)
+	c.readers.mu.Lock()
+	c.readers.m["doc"].window = time.Minute // take joiners whatever the machine's speed
+	c.readers.mu.Unlock()
+	r2, err := c.Acquire(ctx, "doc", read)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r2.readGroup() == nil || r2.readGroup() != r1.readGroup() {
+		t.Fatal("the second reader did not join the first one's group")
+	}
+	r2.mu.Lock()
+	st := r2.state
+	r2.mu.Unlock()
+	if st != held {
+		t.Fatalf("joined reader's state %v, want held", st)
+	}
+	for _, l := range []*Lock{r2, r1} {
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
 	}
 }

@@ -83,7 +83,7 @@ func TestLimitWaiterWokenByRelease(t *testing.T) {
 			}
 			got <- err
 		}()
-		time.Sleep(300 * time.Millisecond) // the waiter is subscribed and asleep
+		eventually(t, "the waiter waits for a release notice", func() bool { return watching(tc.waiter, "pool") })
 		released := time.Now()
 		if err := tc.released.Release(context.Background()); err != nil {
 			t.Fatal(err)
@@ -119,7 +119,10 @@ func TestLimitLocalWaitersFIFO(t *testing.T) {
 			time.Sleep(20 * time.Millisecond)
 			_ = l.Release(context.Background())
 		})
-		time.Sleep(30 * time.Millisecond) // arrive in order
+		// Arrive in order: the first takes the line's turn, the others queue behind it.
+		eventually(t, "waiter in line", func() bool {
+			return c.queues.writerWaits("pool") && c.Status().Waiting["pool"] == i
+		})
 	}
 	_ = h1.Release(context.Background())
 	_ = h2.Release(context.Background())
