@@ -464,7 +464,7 @@ func (c *Client) sendRound(ctx context.Context, nm names, a try, start time.Time
 		argv = append(argv, c.proposeToken(start), c.tokenLead().Microseconds(), c.handoffReserve(nm))
 	}
 	parse := scriptReply
-	cmd := newCommand(script, keys, argv...)
+	cmd := transport.NewCommand(script, keys, argv...)
 	for i, nd := range c.nodes {
 		// A node that restarted under our eyes gets nothing until its quarantine ends. A
 		// young one still gets the SET: whether its vote counts is decided with the
@@ -474,11 +474,11 @@ func (c *Client) sendRound(ctx context.Context, nm names, a try, start time.Time
 			continue
 		}
 		t0 := time.Now()
-		nd.call(ctx, func(r transport.Reply) {
+		nd.tr.Call(ctx, cmd, func(r transport.Reply) {
 			rep := parse(r)
 			nd.record("acquire", time.Since(t0), rep.err)
 			rd.add(acquireReply(i, nd, rep))
-		}, cmd)
+		})
 	}
 	return rd
 }

@@ -1,7 +1,6 @@
 package redlock
 
 import (
-	"context"
 	"crypto/rand"
 	"strconv"
 	"strings"
@@ -93,12 +92,6 @@ func newNode(c *Client, raw string) (*node, error) {
 	}
 	n.tr, n.addr = tr, tr.Addr()
 	return n, nil
-}
-
-// call runs a per-request command on the node and hands the reply to deliver, exactly
-// once and by about the node timeout (transport.Node.Call). deliver must not block.
-func (n *node) call(ctx context.Context, deliver func(transport.Reply), cmd *transport.Command) {
-	n.tr.Call(ctx, cmd, deliver)
 }
 
 // record notes the outcome of a command for health and metrics (the Observer).

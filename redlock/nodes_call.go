@@ -9,22 +9,11 @@ import (
 	"github.com/caddy-redlock/caddy-redlock/redlock/internal/transport"
 )
 
-// The two ways a client sends a command to every node (internal/transport): node.call
+// The two ways a client sends a command to every node (internal/transport): Node.Call
 // for the scripts of the lock path (acquire, release), which go through each node's
 // batcher, and onAll for the rest (commit, extend, retake, inspect, force release), each
 // on a connection of its own. Both bound every call by node_timeout and record it for
 // the Observer.
-
-// errNotAsked is what an onAll function returns for a node it does not send anything
-// to: onAll neither sends nor records anything for it, and returns it (with the node's
-// address) as that node's error.
-var errNotAsked = transport.ErrNotAsked
-
-// newCommand builds what one round or release sends to every node (transport.Command:
-// built once, shared by every node's call).
-func newCommand(script *transport.Script, keys []string, argv ...any) *transport.Command {
-	return transport.NewCommand(script, keys, argv...)
-}
 
 // onAll runs f on every node at once, each call bounded by node_timeout and recorded as
 // op, and returns as soon as need nodes said yes or that became impossible (need <= 0:
@@ -65,12 +54,12 @@ func (c *Client) releaseOnNodes(ctx context.Context, nm names, value string, ski
 	var cmd *transport.Command
 	switch {
 	case nm.shared:
-		cmd = newCommand(readReleaseScript, []string{nm.lock, nm.counter, nm.writer, nm.readers}, value, nm.channel, c.id)
+		cmd = transport.NewCommand(readReleaseScript, []string{nm.lock, nm.counter, nm.writer, nm.readers}, value, nm.channel, c.id)
 	case nm.turn != "":
 		// Readers that waited for this writer get their turn (scripts.go, doc.go).
-		cmd = newCommand(releaseScript, []string{nm.lock, nm.turn}, value, nm.channel, c.id, c.readersTurn().Milliseconds())
+		cmd = transport.NewCommand(releaseScript, []string{nm.lock, nm.turn}, value, nm.channel, c.id, c.readersTurn().Milliseconds())
 	default:
-		cmd = newCommand(releaseScript, []string{nm.lock}, value, nm.channel, c.id)
+		cmd = transport.NewCommand(releaseScript, []string{nm.lock}, value, nm.channel, c.id)
 	}
 	t := &releaseTally{left: sent, quorum: c.quorum, own: own, done: make(chan struct{})}
 	c.pending.add(sent)
@@ -79,7 +68,7 @@ func (c *Client) releaseOnNodes(ctx context.Context, nm names, value string, ski
 			continue
 		}
 		t0 := time.Now()
-		nd.call(ctx, func(reply transport.Reply) {
+		nd.tr.Call(ctx, cmd, func(reply transport.Reply) {
 			defer c.pending.done()
 			r, err := reply.Int64()
 			nd.record("release", time.Since(t0), err)
@@ -87,7 +76,7 @@ func (c *Client) releaseOnNodes(ctx context.Context, nm names, value string, ski
 				err = fmt.Errorf("%s: %w", nd.addr, err)
 			}
 			t.add(r, err)
-		}, cmd)
+		})
 	}
 	<-t.done
 	t.mu.Lock()

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"log/slog"
+
+	"github.com/caddy-redlock/caddy-redlock/redlock/internal/transport"
 )
 
 // maxBatch bounds the keys in one extend call, so one script never blocks a node long.
@@ -69,7 +71,7 @@ func (r *renewer) begin(l *Lock) bool {
 	if !l.renewable() {
 		return false
 	}
-	l.renewing.Add(1) // under mu, and only while not stopped: never after remove's Wait
+	l.renewing.Add(1) // under mu, and only while renewable: never after remove's Wait
 	l.renewInFlight++
 	return true
 }
@@ -198,7 +200,7 @@ func (c *Client) extendBatch(ctx context.Context, locks []*Lock) []error {
 	replies := make([][]int64, len(c.nodes))
 	_, _, errs := c.onAll(ctx, "extend", 0, func(cctx context.Context, i int, nd *node) (bool, error) {
 		if !nd.quarantinedUntil(time.Now()).IsZero() {
-			return false, fmt.Errorf("quarantined after restart: %w", errNotAsked)
+			return false, fmt.Errorf("quarantined after restart: %w", transport.ErrNotAsked)
 		}
 		r, err := extendScript.Run(cctx, nd.tr, keys, argv...).Int64Slice()
 		if err == nil && len(r) != len(locks) {
@@ -250,7 +252,7 @@ func (c *Client) retake(ctx context.Context, perNode [][]*Lock) {
 	}
 	c.onAll(ctx, "retake", 0, func(cctx context.Context, i int, nd *node) (bool, error) {
 		if len(perNode[i]) == 0 {
-			return false, errNotAsked
+			return false, transport.ErrNotAsked
 		}
 		keys, argv := lockArgs(perNode[i])
 		return true, retakeScript.Run(cctx, nd.tr, keys, argv...).Err()

@@ -179,7 +179,7 @@ func (n *Node) onConnect(ctx context.Context, cn *redis.Conn) error {
 		helloFailed = helloFailed || h.Err() != nil
 	}
 	if err != nil && (dig == nil || dig.Err() == nil || helloFailed) {
-		return fmt.Errorf("redlock: INFO and max_ttl announce on connect: %w", err)
+		return fmt.Errorf("redlock: hello on connect (INFO, max_ttl announce): %w", err)
 	}
 	if n.cfg.Heard != nil {
 		n.cfg.Heard(replies(hello))
