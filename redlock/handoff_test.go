@@ -35,10 +35,7 @@ func TestHandoffByReleaseNotice(t *testing.T) {
 			}
 			got <- lb
 		}()
-		// b is asleep until a notice: a sleep, not a poll, as "asleep" shows nowhere (its
-		// subscription's confirmation comes a try earlier, and a release during that try
-		// may be missed: notify.go's noticeEcho).
-		time.Sleep(100 * time.Millisecond)
+		eventually(t, "b waits for a release notice", func() bool { return watching(b, "handoff") })
 		if err := la.Release(ctx); err != nil {
 			t.Fatal(err)
 		}

@@ -129,3 +129,22 @@ func skipShort(t *testing.T) {
 		t.Skip("a multi-second scenario: skipped with -short")
 	}
 }
+
+// watching reports whether c waits for key's release notices with its subscription
+// confirmed by enough nodes that no release can slip past (watch.ready): from then on a
+// release wakes it, asleep or trying (every copy of the notice wakes a waiter that tried
+// since the last: notify.go). A barrier for tests that release while someone waits.
+func watching(c *Client, key string) bool {
+	c.notices.mu.Lock()
+	w := c.notices.m[c.names(key).channel]
+	c.notices.mu.Unlock()
+	if w == nil {
+		return false
+	}
+	select {
+	case <-w.ready:
+		return true
+	default:
+		return false
+	}
+}

@@ -390,7 +390,7 @@ func (l *Lock) releaseInRedis(ctx context.Context) error {
 	c.unregister(l)
 	// This client ignores its own notices (its line gets the turn directly); its readers
 	// and, behind readers, its writers wait outside that line: wake them here.
-	c.notices.poke(l.nm.channel, false)
+	c.notices.poke(l.nm.channel)
 	// The next local waiter goes after the keys are gone. If the notice reached other
 	// clients' waiters, it lets them go first: else, being closer, it would win every time.
 	// So it does for this client's readers waiting for the key (readgroup.go, phases).

@@ -83,7 +83,7 @@ func TestLimitWaiterWokenByRelease(t *testing.T) {
 			}
 			got <- err
 		}()
-		time.Sleep(300 * time.Millisecond) // the waiter is subscribed and asleep (a sleep: see TestHandoffByReleaseNotice)
+		eventually(t, "the waiter waits for a release notice", func() bool { return watching(tc.waiter, "pool") })
 		released := time.Now()
 		if err := tc.released.Release(context.Background()); err != nil {
 			t.Fatal(err)

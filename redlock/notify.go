@@ -2,7 +2,6 @@ package redlock
 
 import (
 	"sync"
-	"time"
 
 	"github.com/caddy-redlock/caddy-redlock/redlock/internal/transport"
 )
@@ -26,8 +25,7 @@ type watch struct {
 	// gen is closed by the next notice and replaced (guarded by the notifier's mu):
 	// every caller of this process waiting on the key wakes at once (the readers that
 	// queued behind a writer go in together), not one per notice.
-	gen      chan struct{}
-	lastPoke time.Time
+	gen chan struct{}
 	// ready is closed once enough nodes confirmed the subscription that any majority
 	// overlaps them: a release after that point cannot go unnoticed.
 	ready     chan struct{}
@@ -87,26 +85,20 @@ func (w *watch) next() <-chan struct{} {
 	return w.gen
 }
 
-// noticeEcho is how long after a notice the same release's copies from the other nodes
-// are ignored: one release publishes on every node, and each copy would otherwise send
-// every waiter, just refused, into one more try. A second release that soon is rare, and
-// missing its notice costs a retry delay, never safety.
-const noticeEcho = 2 * time.Millisecond
-
-// poke wakes everyone of this process who watches channel. echo: a notice from Redis,
-// ignored when another one just came (noticeEcho); local pokes always wake.
-func (nt *notifier) poke(channel string, echo bool) {
+// poke wakes everyone of this process who watches channel: a release notice from a
+// node, or this client's own release (Lock.releaseInRedis). Every copy of a release's
+// notice wakes whoever took a wake-up since the last one: a waiter the first copy woke may
+// have tried before the release reached the other nodes, and only their copies tell it
+// the key is free there now (without them it would sleep a whole retry delay). It costs a
+// waiter refused for good one more try per release at most: the copies come within a
+// round trip, while it is still trying.
+func (nt *notifier) poke(channel string) {
 	nt.mu.Lock()
 	defer nt.mu.Unlock()
 	w := nt.m[channel]
 	if w == nil {
 		return
 	}
-	now := time.Now()
-	if echo && now.Sub(w.lastPoke) < noticeEcho {
-		return
-	}
-	w.lastPoke = now
 	close(w.gen)
 	w.gen = make(chan struct{})
 }
@@ -118,7 +110,7 @@ func (nt *notifier) receive(idx int, m transport.Notice) {
 		if m.Payload == nt.c.id {
 			return // our own release: Lock.releaseInRedis wakes local waiters (poke)
 		}
-		nt.poke(m.Channel, true)
+		nt.poke(m.Channel)
 		return
 	}
 	nt.mu.Lock()
