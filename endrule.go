@@ -1,5 +1,11 @@
 package caddyredlock
 
+import (
+	"errors"
+
+	"github.com/caddy-redlock/caddy-redlock/redlock"
+)
+
 // What the end of a request means for its locks: one pure rule (endOf), table-tested
 // (endrule_test.go), applied by Handler.finish.
 //
@@ -8,10 +14,12 @@ package caddyredlock
 // away, the lock was lost, max_hold, Caddy exiting, reverse_proxy aborting the response),
 // one whose next handler failed in a way that can leave the upstream working
 // (upstreamMayStillWork), and a tunnel that did not end cleanly on both sides
-// (tunnel.go) only stopped on Caddy's side: the upstream may still be working on it. Its
-// lock, if still held, is kept, renewed, for one more ttl before it is released
-// (draining), so that the next holder does not overlap a straggler. A lock that keeps
-// nobody out any more (lost) is given back at once.
+// (tunnel.go) only stopped on Caddy's side: the upstream may still be working on it.
+// Its lock, if still held, is kept, renewed, for one more ttl before it is released
+// (draining), so that the next holder does not overlap a straggler. A lock past
+// max_hold is kept too (not renewed: it stands on the nodes until its validity ends).
+// Locks that keep nobody out any more (lost otherwise: expired, taken, deleted) are
+// given back at once.
 
 // requestEnd is what finish knows of how a request's exchange ended.
 type requestEnd struct {
@@ -19,7 +27,7 @@ type requestEnd struct {
 	abortPanic bool      // next panicked with http.ErrAbortHandler (reverse_proxy aborting a response)
 	mayWork    bool      // next returned an error that can leave the upstream working
 	tunnel     tunnelEnd // how an upgraded connection's tunnel ended (tunnelNone: none was opened)
-	allLost    bool      // none of the request's locks keeps anyone out any more (read only when cut)
+	allGone    bool      // none of the request's locks keeps anyone out any more (locksGone; read only when cut)
 }
 
 // cut reports whether the exchange ended early, on Caddy's side only.
@@ -45,10 +53,32 @@ func endOf(e requestEnd) endAction {
 	switch {
 	case !e.cut():
 		return endHandOver
-	case e.allLost:
+	case e.allGone:
 		return endRelease
 	}
 	return endDrain
+}
+
+// locksGone reports whether none of the locks keeps anyone out any more (lockGone).
+func locksGone(l heldLocks) bool {
+	for _, lk := range l {
+		if !lockGone(lk.Info().Err) {
+			return false
+		}
+	}
+	return true
+}
+
+// lockGone reports whether a lock whose LockInfo.Err is err keeps nobody out any more:
+// it was lost, and not by max_hold. A lock past max_hold is lost here (renewals stopped,
+// the request cut) but still stands on a majority until its validity ends; the work cut
+// at max_hold may still run upstream, so it is kept like a held lock, not deleted.
+func lockGone(err error) bool {
+	if err == nil {
+		return false
+	}
+	le, ok := errors.AsType[*redlock.LostError](err)
+	return !ok || le.Reason != redlock.LostMaxHold
 }
 
 // tunnelEndOf says how a request's tunnel ended: watched for an Upgrade (tw), unknown

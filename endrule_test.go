@@ -1,6 +1,10 @@
 package caddyredlock
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/caddy-redlock/caddy-redlock/redlock"
+)
 
 // The end-of-request rule, case by case.
 func TestEndOf(t *testing.T) {
@@ -10,15 +14,16 @@ func TestEndOf(t *testing.T) {
 		want endAction
 	}{
 		{"completed", requestEnd{}, endHandOver},
-		{"completed, lock lost meanwhile (HandOver refuses it)", requestEnd{allLost: true}, endHandOver},
+		{"completed, lock lost meanwhile (HandOver refuses it)", requestEnd{allGone: true}, endHandOver},
 		{"client went away", requestEnd{cancelled: true}, endDrain},
-		{"lost while running (context cancelled)", requestEnd{cancelled: true, allLost: true}, endRelease},
+		{"lost while running (context cancelled)", requestEnd{cancelled: true, allGone: true}, endRelease},
+		{"max_hold reached (cancelled; the lock still stands on the nodes)", requestEnd{cancelled: true}, endDrain},
 		{"reverse_proxy aborted the response", requestEnd{abortPanic: true}, endDrain},
 		{"upstream error that may leave it working", requestEnd{mayWork: true}, endDrain},
-		{"upstream error, lock lost", requestEnd{mayWork: true, allLost: true}, endRelease},
+		{"upstream error, lock lost", requestEnd{mayWork: true, allGone: true}, endRelease},
 		{"tunnel closed cleanly on both sides", requestEnd{tunnel: tunnelClean}, endHandOver},
 		{"tunnel cut (reset, stream_timeout)", requestEnd{tunnel: tunnelCut}, endDrain},
-		{"tunnel cut, lock lost", requestEnd{tunnel: tunnelCut, allLost: true}, endRelease},
+		{"tunnel cut, lock lost", requestEnd{tunnel: tunnelCut, allGone: true}, endRelease},
 		{"upgrade answered without switching", requestEnd{tunnel: tunnelNone}, endHandOver},
 	}
 	for _, tc := range cases {
@@ -39,5 +44,27 @@ func TestTunnelEndOfExtendedConnect(t *testing.T) {
 	}
 	if got := tunnelEndOf(upgradeTunnel, newTunnelWatch(nil)); got != tunnelNone {
 		t.Fatalf("an upgrade never hijacked: %v, want none", got)
+	}
+}
+
+// Which lost locks keep nobody out any more: all but one past max_hold, which still
+// stands on the nodes until its validity ends.
+func TestLockGone(t *testing.T) {
+	cases := []struct {
+		err  error
+		want bool
+	}{
+		{nil, false},
+		{&redlock.LostError{Key: "k", Reason: redlock.LostMaxHold}, false},
+		{&redlock.LostError{Key: "k", Reason: redlock.LostExpired}, true},
+		{&redlock.LostError{Key: "k", Reason: redlock.LostTaken}, true},
+		{&redlock.LostError{Key: "k", Reason: redlock.LostVanished}, true},
+		{&redlock.LostError{Key: "k", Reason: redlock.LostForceReleased}, true},
+		{redlock.ErrReleased, true},
+	}
+	for _, tc := range cases {
+		if got := lockGone(tc.err); got != tc.want {
+			t.Errorf("%v: gone %v, want %v", tc.err, got, tc.want)
+		}
 	}
 }

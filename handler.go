@@ -143,7 +143,7 @@ func (h *Handler) serveLocked(ctx context.Context, w http.ResponseWriter, r *htt
 // locker.
 func (h *Handler) finish(l heldLocks, e *inflight, r *http.Request, ended requestEnd) {
 	if ended.cut() {
-		ended.allLost = l.allLost() // read only here: every request passes by
+		ended.allGone = locksGone(l) // read only here: every request passes by
 	}
 	action := endOf(ended)
 	if action == endHandOver && l.handOver() {

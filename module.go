@@ -94,7 +94,8 @@ type Handler struct {
 	// Default 0.01.
 	DriftFactor float64 `json:"drift_factor,omitempty"`
 	// MaxHold caps the hold, counted from when the lock was taken (the wait for it does
-	// not count): when it is reached, renewals stop and the request is aborted. Default
+	// not count): when it is reached, renewals stop and the request is cut; the key stays
+	// on the nodes until its validity ends, as the upstream may still be working. Default
 	// 0: no cap.
 	MaxHold caddy.Duration `json:"max_hold,omitempty"`
 	// BusyStatus is the status when the wait runs out (with Retry-After). Default 423.
