@@ -81,12 +81,12 @@ func lockGone(err error) bool {
 	return !ok || le.Reason != redlock.LostMaxHold
 }
 
-// tunnelEndOf says how a request's tunnel ended: watched for an Upgrade (tw), unknown
+// tunnelEndOf says how a request's tunnel ended: watched for an Upgrade (x), unknown
 // for an extended CONNECT (no hijack to watch: treated as cut short).
-func tunnelEndOf(kind tunnelKind, tw *tunnelWatch) tunnelEnd {
+func tunnelEndOf(kind tunnelKind, x *exchange) tunnelEnd {
 	switch kind {
 	case upgradeTunnel:
-		return tw.end()
+		return x.tunnelEnd()
 	case extendedTunnel:
 		return tunnelCut
 	}

@@ -42,7 +42,7 @@ func TestTunnelEndOfExtendedConnect(t *testing.T) {
 	if got := tunnelEndOf(noTunnel, nil); got != tunnelNone {
 		t.Fatalf("no tunnel: %v", got)
 	}
-	if got := tunnelEndOf(upgradeTunnel, newTunnelWatch(nil)); got != tunnelNone {
+	if got := tunnelEndOf(upgradeTunnel, &exchange{}); got != tunnelNone {
 		t.Fatalf("an upgrade never hijacked: %v, want none", got)
 	}
 }

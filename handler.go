@@ -87,20 +87,18 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 }
 
 // serveLocked runs next while the request's locks are held: renewed, watched (a lost
-// lock cancels ctx) and, on every way out, finished (released, handed over or drained).
+// lock cuts the request: its writes refused, its context cancelled) and, on every way
+// out, finished (released, handed over or drained).
 func (h *Handler) serveLocked(ctx context.Context, w http.ResponseWriter, r *http.Request, next caddyhttp.Handler,
 	repl *caddy.Replacer, l heldLocks, e *inflight) error {
 	key := e.key
-	// An upgraded connection is watched: its tunnel's end decides as much as next's
-	// error does (tunnel.go).
+	// next writes through x (exchange.go); an upgraded connection is watched there too:
+	// its tunnel's end decides as much as next's error does (tunnel.go).
 	kind := tunnelOf(r)
-	var tw *tunnelWatch
-	if kind == upgradeTunnel {
-		tw = newTunnelWatch(w)
-		w = tw
-	}
+	x := &e.x
 	// Runs on every way out, panics included. ended is filled in only once next returned.
 	var ended requestEnd
+	abort := false // the response began before the lock was lost: it must not end as if whole
 	defer func() {
 		// reverse_proxy aborts a response the client stopped reading by panicking with
 		// http.ErrAbortHandler, possibly before the context shows the client is gone:
@@ -111,6 +109,9 @@ func (h *Handler) serveLocked(ctx context.Context, w http.ResponseWriter, r *htt
 			panic(rec)
 		}
 		h.finish(l, e, r, ended)
+		if abort {
+			panic(http.ErrAbortHandler) // net/http then cuts the stream or connection
+		}
 	}()
 
 	if err := l.keepAlive(h.s.renew, h.s.maxHold); err != nil {
@@ -127,11 +128,18 @@ func (h *Handler) serveLocked(ctx context.Context, w http.ResponseWriter, r *htt
 		repl.Set(phToken, tok)
 	}
 	e.setHeld(l)
+	x.begin(w)
 	stop := h.watchLock(ctx, l, e, r)
 	defer stop() // on a panic in next; a no-op after the call below
-	err := next.ServeHTTP(w, r.WithContext(ctx))
+	err := next.ServeHTTP(x, r.WithContext(ctx))
 	stop()
-	ended = requestEnd{cancelled: ctx.Err() != nil, mayWork: upstreamMayStillWork(err, r), tunnel: tunnelEndOf(kind, tw)}
+	ended = requestEnd{cancelled: ctx.Err() != nil, mayWork: upstreamMayStillWork(err, r), tunnel: tunnelEndOf(kind, x)}
+	if x.sent.Load() && x.lost.Load() != nil && x.conn.Load() == nil {
+		// Cut by the loss (never in dry run) after the response began (a hijacked
+		// connection was closed with its tunnel).
+		abort = true
+		return nil
+	}
 	if cause := context.Cause(ctx); isLost(cause) && err != nil {
 		return fmt.Errorf("%w (request aborted: %v)", err, cause)
 	}
@@ -257,7 +265,8 @@ func retryAfter(d time.Duration) string {
 	return strconv.Itoa(max(1, int(math.Ceil(d.Seconds()))))
 }
 
-// watchLock cancels the request the moment one of its locks is lost, so that
+// watchLock cuts the request the moment one of its locks is lost: its writes are
+// refused from then on (exchange.go) and its context is cancelled, so that
 // reverse_proxy stops proxying (and closes streams and websockets) instead of running on
 // unlocked, and says so in the log. No goroutine waits meanwhile (Lock.Context and
 // context.AfterFunc). The returned stop ends the watch and, if the loss was already being
@@ -271,6 +280,7 @@ func (h *Handler) watchLock(ctx context.Context, l heldLocks, e *inflight, r *ht
 		if !ok {
 			return // the request itself ended (client gone, Caddy exiting): not a loss
 		}
+		e.x.cut(le) // first: no write may follow the cancellation
 		e.cancel(le)
 		metrics.lost.WithLabelValues(h.label(), string(le.Reason)).Inc()
 		h.lockLostEvent(e, le)

@@ -39,6 +39,7 @@ type inflight struct {
 	since  time.Time
 	cancel context.CancelCauseFunc
 	hold   lockSpan // the redlock.hold span (tracing.go), set once acquired
+	x      exchange // once held: next's response writer and what it saw (exchange.go)
 
 	mu        sync.Mutex
 	state     string
