@@ -2,6 +2,7 @@ package caddyredlock
 
 import (
 	"bufio"
+	"context"
 	"fmt"
 	"io"
 	"net"
@@ -22,8 +23,8 @@ import (
 //     every write through it fails, whatever the handler behind: cancelling the request
 //     stops reverse_proxy, but not a FastCGI transport, which ignores the context once
 //     it has dialed, nor a handler that does not watch the context. The handler then
-//     aborts the response if something reached the client, so that the client never
-//     takes a cut response for a whole one.
+//     answers 503 itself if nothing reached the client yet, and aborts the response if
+//     something did, so that the client never takes a cut response for a whole one.
 //   - The client's connection of an Upgrade request, once hijacked (tunnel.go).
 
 // exchange is a locked request's response writer and what is seen of its exchange.
@@ -57,7 +58,8 @@ func (x *exchange) markSent() {
 	}
 }
 
-// WriteHeader passes the status on unless the lock is lost (then nothing is written).
+// WriteHeader passes the status on unless the lock is lost (then nothing is written:
+// the handler answers once next has returned).
 func (x *exchange) WriteHeader(code int) {
 	if x.lost.Load() != nil {
 		return
@@ -137,3 +139,27 @@ func (x *exchange) tunnelEnd() tunnelEnd {
 	}
 	return tunnelCut
 }
+
+// answerLost answers a request whose lock was lost before anything reached its client:
+// 503 with Retry-After, written past the refusal. The handlers behind may have set
+// headers for the response they could not send; a Content-Length among them would
+// describe a body that never comes.
+func (x *exchange) answerLost() {
+	h := x.ResponseWriter.Header()
+	h.Del("Content-Length")
+	h.Set("Retry-After", "1")
+	x.ResponseWriter.WriteHeader(http.StatusServiceUnavailable)
+}
+
+// cutCause is the cause the handler cancels a request's context with when it cuts the
+// request itself (its lock lost, Caddy exiting). To the handlers behind it reads as a
+// cancellation (errors.Is(err, context.Canceled)): net/http hands a cancelled request's
+// cause back as the round trip's error, and reverse_proxy takes only context.Canceled
+// for no fault of the upstream (no passive-health failure, no retry, and no error
+// returned, so handle_errors cannot proxy the request again, unlocked). The reason stays
+// inside (errors.As finds the *redlock.LostError) for the handler, logs and metrics.
+type cutCause struct{ why error }
+
+func (c cutCause) Error() string        { return c.why.Error() }
+func (c cutCause) Unwrap() error        { return c.why }
+func (c cutCause) Is(target error) bool { return target == context.Canceled }

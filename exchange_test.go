@@ -1,6 +1,7 @@
 package caddyredlock
 
 import (
+	"context"
 	"errors"
 	"io"
 	"net/http"
@@ -48,6 +49,38 @@ func TestExchangeRefusesWritesAfterLoss(t *testing.T) {
 	}
 	if !x.sent.Load() {
 		t.Error("a response went out, but sent is false")
+	}
+}
+
+// Nothing sent before the loss: the handler answers 503 itself, past the refusal, and a
+// Content-Length the handler behind had set goes.
+func TestExchangeAnswersLost(t *testing.T) {
+	rec := httptest.NewRecorder()
+	var x exchange
+	x.begin(rec)
+	x.cut(&redlock.LostError{Key: "k", Reason: redlock.LostExpired})
+	x.Header().Set("Content-Length", "1234")
+	x.WriteHeader(http.StatusOK) // refused
+	if x.sent.Load() {
+		t.Fatal("a refused WriteHeader counts as sent")
+	}
+	x.answerLost()
+	if rec.Code != http.StatusServiceUnavailable || rec.Header().Get("Retry-After") != "1" || rec.Header().Get("Content-Length") != "" {
+		t.Errorf("answer: %d %v", rec.Code, rec.Header())
+	}
+}
+
+// A cut reads as a cancellation and keeps its reason.
+func TestCutCause(t *testing.T) {
+	le := &redlock.LostError{Key: "k", Reason: redlock.LostMaxHold}
+	var err error = cutCause{le}
+	if !errors.Is(err, context.Canceled) || !isLost(err) || err.Error() != le.Error() {
+		t.Errorf("cutCause: Is Canceled %v, isLost %v, %q", errors.Is(err, context.Canceled), isLost(err), err)
+	}
+	ctx, cancel := context.WithCancelCause(context.Background())
+	cancel(err)
+	if !errors.Is(context.Cause(ctx), context.Canceled) {
+		t.Error("the cause of a context cut by a loss is not a cancellation")
 	}
 }
 

@@ -90,7 +90,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 // lock cuts the request: its writes refused, its context cancelled) and, on every way
 // out, finished (released, handed over or drained).
 func (h *Handler) serveLocked(ctx context.Context, w http.ResponseWriter, r *http.Request, next caddyhttp.Handler,
-	repl *caddy.Replacer, l heldLocks, e *inflight) error {
+	repl *caddy.Replacer, l heldLocks, e *inflight) (err error) {
 	key := e.key
 	// next writes through x (exchange.go); an upgraded connection is watched there too:
 	// its tunnel's end decides as much as next's error does (tunnel.go).
@@ -103,9 +103,16 @@ func (h *Handler) serveLocked(ctx context.Context, w http.ResponseWriter, r *htt
 		// reverse_proxy aborts a response the client stopped reading by panicking with
 		// http.ErrAbortHandler, possibly before the context shows the client is gone:
 		// the upstream may still be streaming, so that is a cut-short request too. Other
-		// panics (handler bugs) release at once. Either way the panic goes on up.
+		// panics (handler bugs) release at once. Either way the panic goes on up, but for
+		// the abort of a handler whose writes the loss refused before any reached the
+		// client: that request gets its 503.
 		if rec := recover(); rec != nil {
 			h.finish(l, e, r, requestEnd{abortPanic: rec == http.ErrAbortHandler, cancelled: ctx.Err() != nil})
+			if rec == http.ErrAbortHandler && x.lost.Load() != nil && !x.sent.Load() {
+				x.answerLost()
+				err = nil
+				return
+			}
 			panic(rec)
 		}
 		h.finish(l, e, r, ended)
@@ -131,17 +138,24 @@ func (h *Handler) serveLocked(ctx context.Context, w http.ResponseWriter, r *htt
 	x.begin(w)
 	stop := h.watchLock(ctx, l, e, r)
 	defer stop() // on a panic in next; a no-op after the call below
-	err := next.ServeHTTP(x, r.WithContext(ctx))
+	err = next.ServeHTTP(x, r.WithContext(ctx))
 	stop()
 	ended = requestEnd{cancelled: ctx.Err() != nil, mayWork: upstreamMayStillWork(err, r), tunnel: tunnelEndOf(kind, x)}
-	if x.sent.Load() && x.lost.Load() != nil && x.conn.Load() == nil {
-		// Cut by the loss (never in dry run) after the response began (a hijacked
-		// connection was closed with its tunnel).
-		abort = true
+	if x.lost.Load() != nil {
+		// Cut by the loss (never in dry run): next's error, if any, is that cut seen from
+		// behind. Returned, it would run handle_errors, which may proxy the request
+		// again, unlocked; the loss itself was logged when it happened.
+		if err != nil {
+			h.logger.Debug("redlock lock lost: the error of the handler behind is not passed on (no handle_errors)",
+				zap.String("key", key), zap.Error(err))
+		}
+		switch {
+		case !x.sent.Load():
+			x.answerLost()
+		case x.conn.Load() == nil: // a hijacked connection was closed with its tunnel
+			abort = true
+		}
 		return nil
-	}
-	if cause := context.Cause(ctx); isLost(cause) && err != nil {
-		return fmt.Errorf("%w (request aborted: %v)", err, cause)
 	}
 	return err
 }
@@ -266,11 +280,12 @@ func retryAfter(d time.Duration) string {
 }
 
 // watchLock cuts the request the moment one of its locks is lost: its writes are
-// refused from then on (exchange.go) and its context is cancelled, so that
-// reverse_proxy stops proxying (and closes streams and websockets) instead of running on
-// unlocked, and says so in the log. No goroutine waits meanwhile (Lock.Context and
-// context.AfterFunc). The returned stop ends the watch and, if the loss was already being
-// handled, waits for that; it may be called more than once.
+// refused from then on (exchange.go) and its context is cancelled with a cutCause, so
+// that reverse_proxy stops proxying (and closes streams and websockets) instead of
+// running on unlocked, and takes it for a cancellation, not an upstream failure. It says
+// so in the log. No goroutine waits meanwhile (Lock.Context and context.AfterFunc). The
+// returned stop ends the watch and, if the loss was already being handled, waits for
+// that; it may be called more than once.
 func (h *Handler) watchLock(ctx context.Context, l heldLocks, e *inflight, r *http.Request) (stop func()) {
 	lockCtx, cancelLockCtx := l.context(ctx)
 	handled := make(chan struct{})
@@ -281,7 +296,7 @@ func (h *Handler) watchLock(ctx context.Context, l heldLocks, e *inflight, r *ht
 			return // the request itself ended (client gone, Caddy exiting): not a loss
 		}
 		e.x.cut(le) // first: no write may follow the cancellation
-		e.cancel(le)
+		e.cancel(cutCause{le})
 		metrics.lost.WithLabelValues(h.label(), string(le.Reason)).Inc()
 		h.lockLostEvent(e, le)
 		h.logger.Error("redlock lock lost while the request ran: request aborted",

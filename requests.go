@@ -217,7 +217,9 @@ func (h *Handler) abortInflight(timeout time.Duration) {
 	if len(mine) == 0 {
 		return
 	}
-	cause := errors.New("redlock: caddy is exiting")
+	// A cancellation to the handlers behind (cutCause): no upstream failure, no retry,
+	// nothing for handle_errors.
+	cause := cutCause{errors.New("redlock: caddy is exiting")}
 	for _, e := range mine {
 		e.cancel(cause)
 	}
