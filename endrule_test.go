@@ -25,6 +25,15 @@ func TestEndOf(t *testing.T) {
 		{"tunnel cut (reset, stream_timeout)", requestEnd{tunnel: tunnelCut}, endDrain},
 		{"tunnel cut, lock lost", requestEnd{tunnel: tunnelCut, allGone: true}, endRelease},
 		{"upgrade answered without switching", requestEnd{tunnel: tunnelNone}, endHandOver},
+		{"one attempt, not retried", requestEnd{unsent: 0}, endHandOver},
+		{"retried after a dial error (written: the last attempt only)", requestEnd{retries: 1, unsent: 1}, endHandOver},
+		{"retried twice after dial errors", requestEnd{retries: 2, unsent: 2}, endHandOver},
+		{"retried after an attempt that was written (response_header_timeout)", requestEnd{retries: 1, unsent: 0}, endDrain},
+		{"retried twice, one dial error and one written attempt", requestEnd{retries: 2, unsent: 1}, endDrain},
+		{"retried, transport not traced (FastCGI, HTTP/3)", requestEnd{retries: 1, unsent: 0}, endDrain},
+		{"retried after a written attempt, lock lost", requestEnd{retries: 1, allGone: true}, endRelease},
+		{"a round trip ended unwritten without a retry (Go's own retry on a stale connection)", requestEnd{unsent: 1}, endHandOver},
+		{"more unwritten round trips than retries (cannot be matched)", requestEnd{retries: 1, unsent: 2}, endDrain},
 	}
 	for _, tc := range cases {
 		if got := endOf(tc.end); got != tc.want {

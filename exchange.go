@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"sync"
 	"sync/atomic"
 
@@ -26,6 +27,9 @@ import (
 //     answers 503 itself if nothing reached the client yet, and aborts the response if
 //     something did, so that the client never takes a cut response for a whole one.
 //   - The client's connection of an Upgrade request, once hijacked (tunnel.go).
+//   - The requests Go's HTTP transport started and wrote to upstreams (a client trace):
+//     they tell a reverse_proxy retry after a dial error (the upstream never saw the
+//     request) from one after an attempt that may still run (endrule.go).
 
 // exchange is a locked request's response writer and what is seen of its exchange.
 type exchange struct {
@@ -37,11 +41,27 @@ type exchange struct {
 	// to the client's side: then a response has begun and no other can be answered.
 	sent atomic.Bool
 	conn atomic.Pointer[watchedConn] // an Upgrade's hijacked connection (tunnel.go)
+	// The client trace handed to next's context, and what it counted.
+	trace   httptrace.ClientTrace
+	started atomic.Int32 // round trips started (GetConn: before any dial)
+	written atomic.Int32 // requests whose headers were written to an upstream connection
 }
 
-// begin readies x for a request answered on w.
-func (x *exchange) begin(w http.ResponseWriter) {
+// begin readies x for a request answered on w, and returns ctx with x's client trace.
+func (x *exchange) begin(ctx context.Context, w http.ResponseWriter) context.Context {
 	x.ResponseWriter = w
+	x.trace.GetConn = x.getConn
+	x.trace.WroteHeaders = x.wroteHeaders
+	return httptrace.WithClientTrace(ctx, &x.trace)
+}
+
+func (x *exchange) getConn(string) { x.started.Add(1) }
+func (x *exchange) wroteHeaders()  { x.written.Add(1) }
+
+// unsent is how many traced round trips ended before writing their request: dial and
+// TLS errors, where the upstream never saw it.
+func (x *exchange) unsent() int {
+	return int(x.started.Load() - x.written.Load())
 }
 
 // cut refuses every write from now on: the lock le is gone.

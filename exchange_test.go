@@ -6,8 +6,12 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httptrace"
+	"net/textproto"
 	"strings"
 	"testing"
+
+	"github.com/caddyserver/caddy/v2"
 
 	"github.com/caddy-redlock/caddy-redlock/redlock"
 )
@@ -19,7 +23,7 @@ import (
 func TestExchangeRefusesWritesAfterLoss(t *testing.T) {
 	rec := httptest.NewRecorder()
 	var x exchange
-	x.begin(rec)
+	x.begin(context.Background(), rec)
 	rc := http.NewResponseController(&x)
 	if _, err := io.WriteString(&x, "before "); err != nil {
 		t.Fatal(err)
@@ -57,7 +61,7 @@ func TestExchangeRefusesWritesAfterLoss(t *testing.T) {
 func TestExchangeAnswersLost(t *testing.T) {
 	rec := httptest.NewRecorder()
 	var x exchange
-	x.begin(rec)
+	x.begin(context.Background(), rec)
 	x.cut(&redlock.LostError{Key: "k", Reason: redlock.LostExpired})
 	x.Header().Set("Content-Length", "1234")
 	x.WriteHeader(http.StatusOK) // refused
@@ -87,3 +91,65 @@ func TestCutCause(t *testing.T) {
 type readFunc func([]byte) (int, error)
 
 func (f readFunc) Read(p []byte) (int, error) { return f(p) }
+
+// discard is a ResponseWriter that drops everything (the benchmark measures the wrapper).
+type discard struct{ h http.Header }
+
+func (d *discard) Header() http.Header         { return d.h }
+func (d *discard) Write(p []byte) (int, error) { return len(p), nil }
+func (d *discard) WriteHeader(int)             {}
+
+// tableSink keeps the benchmarks' table entries on the heap, as the request table does.
+var tableSink *inflight
+
+// BenchmarkExchange: what a locked request pays for its exchange (the writer that
+// refuses writes after a loss, the client trace that tells retries apart, the end
+// readings), against the same steps without it. Each iteration is one request: the
+// trace set up, reverse_proxy's own client trace composed with it, one round trip's
+// hooks, a status and four body writes, and the end rule's readings. Both allocate the
+// request's table entry, as ServeHTTP does (the exchange is a field of it).
+func BenchmarkExchange(b *testing.B) {
+	body := []byte(strings.Repeat("x", 512))
+	repl := caddy.NewReplacer()
+	repl.Set("http.reverse_proxy.retries", 0)
+	proxyTrace := func(ctx context.Context) *httptrace.ClientTrace {
+		// As reverse_proxy does for every round trip (its 1xx hook).
+		ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{Got1xxResponse: func(int, textproto.MIMEHeader) error { return nil }})
+		return httptrace.ContextClientTrace(ctx)
+	}
+	b.Run("without", func(b *testing.B) {
+		d := &discard{h: http.Header{}}
+		b.ReportAllocs()
+		for b.Loop() {
+			e := &inflight{}
+			tableSink = e // as the request table keeps it
+			var w http.ResponseWriter = d
+			tr := proxyTrace(context.Background())
+			if tr.GetConn != nil {
+				tr.GetConn("")
+			}
+			w.WriteHeader(200)
+			for range 4 {
+				_, _ = w.Write(body)
+			}
+		}
+	})
+	b.Run("exchange", func(b *testing.B) {
+		d := &discard{h: http.Header{}}
+		b.ReportAllocs()
+		for b.Loop() {
+			e := &inflight{}
+			tableSink = e
+			ctx := e.x.begin(context.Background(), d)
+			var w http.ResponseWriter = &e.x
+			tr := proxyTrace(ctx)
+			tr.GetConn("")
+			tr.WroteHeaders()
+			w.WriteHeader(200)
+			for range 4 {
+				_, _ = w.Write(body)
+			}
+			_ = requestEnd{retries: proxyRetries(repl), unsent: e.x.unsent(), tunnel: tunnelEndOf(noTunnel, &e.x)}
+		}
+	})
+}

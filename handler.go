@@ -135,12 +135,13 @@ func (h *Handler) serveLocked(ctx context.Context, w http.ResponseWriter, r *htt
 		repl.Set(phToken, tok)
 	}
 	e.setHeld(l)
-	x.begin(w)
+	nextCtx := x.begin(ctx, w)
 	stop := h.watchLock(ctx, l, e, r)
 	defer stop() // on a panic in next; a no-op after the call below
-	err = next.ServeHTTP(x, r.WithContext(ctx))
+	err = next.ServeHTTP(x, r.WithContext(nextCtx))
 	stop()
-	ended = requestEnd{cancelled: ctx.Err() != nil, mayWork: upstreamMayStillWork(err, r), tunnel: tunnelEndOf(kind, x)}
+	ended = requestEnd{cancelled: ctx.Err() != nil, mayWork: upstreamMayStillWork(err, r), tunnel: tunnelEndOf(kind, x),
+		retries: proxyRetries(repl), unsent: x.unsent()}
 	if x.lost.Load() != nil {
 		// Cut by the loss (never in dry run): next's error, if any, is that cut seen from
 		// behind. Returned, it would run handle_errors, which may proxy the request
@@ -204,8 +205,9 @@ func (h *Handler) finish(l heldLocks, e *inflight, r *http.Request, ended reques
 	// Of several keys, those still held drain (a lost one drains with them: there is
 	// nothing left to keep).
 	e.setState(stateDraining)
-	h.logger.Debug("redlock request cut short, upstream error or tunnel not closed cleanly: lock kept one more ttl before release (draining)",
-		zap.String("key", e.key), zap.Bool("tunnel", ended.tunnel != tunnelNone), zap.Int64("held_ms", e.heldFor().Milliseconds()), tokenField(l))
+	h.logger.Debug("redlock request cut short, upstream error, retried or tunnel not closed cleanly: lock kept one more ttl before release (draining)",
+		zap.String("key", e.key), zap.Bool("tunnel", ended.tunnel != tunnelNone), zap.Int("retries", ended.retries),
+		zap.Int64("held_ms", e.heldFor().Milliseconds()), tokenField(l))
 	// The timer owns the lock and the request's table entry until it fires; it always
 	// fires (within one ttl), also on reloads and shutdown.
 	time.AfterFunc(h.s.lock.TTL, func() {
