@@ -284,10 +284,11 @@ func retryAfter(d time.Duration) string {
 // watchLock cuts the request the moment one of its locks is lost: its writes are
 // refused from then on (exchange.go) and its context is cancelled with a cutCause, so
 // that reverse_proxy stops proxying (and closes streams and websockets) instead of
-// running on unlocked, and takes it for a cancellation, not an upstream failure. It says
-// so in the log. No goroutine waits meanwhile (Lock.Context and context.AfterFunc). The
-// returned stop ends the watch and, if the loss was already being handled, waits for
-// that; it may be called more than once.
+// running on unlocked, and takes it for a cancellation, not an upstream failure. The
+// loss is counted and logged. In dry run the request goes on: the loss is only counted
+// (also as a dry run "lost") and logged. No goroutine waits meanwhile (Lock.Context and
+// context.AfterFunc). The returned stop ends the watch and, if the loss was already
+// being handled, waits for that; it may be called more than once.
 func (h *Handler) watchLock(ctx context.Context, l heldLocks, e *inflight, r *http.Request) (stop func()) {
 	lockCtx, cancelLockCtx := l.context(ctx)
 	handled := make(chan struct{})
@@ -297,14 +298,21 @@ func (h *Handler) watchLock(ctx context.Context, l heldLocks, e *inflight, r *ht
 		if !ok {
 			return // the request itself ended (client gone, Caddy exiting): not a loss
 		}
-		e.x.cut(le) // first: no write may follow the cancellation
-		e.cancel(cutCause{le})
+		if !h.s.dryRun {
+			e.x.cut(le) // first: no write may follow the cancellation
+			e.cancel(cutCause{le})
+		}
 		metrics.lost.WithLabelValues(h.label(), string(le.Reason)).Inc()
 		h.lockLostEvent(e, le)
-		h.logger.Error("redlock lock lost while the request ran: request aborted",
-			zap.String("key", e.key), zap.String("lost_key", le.Key), zap.String("reason", string(le.Reason)), zap.Int("renewals", l.renewals()),
-			zap.Int64("wait_ms", e.waitedFor().Milliseconds()), zap.Int64("held_ms", e.heldFor().Milliseconds()),
-			tokenField(l), zap.String("method", r.Method), zap.String("uri", r.RequestURI))
+		fields := []zap.Field{zap.String("key", e.key), zap.String("lost_key", le.Key), zap.String("reason", string(le.Reason)),
+			zap.Int("renewals", l.renewals()), zap.Int64("wait_ms", e.waitedFor().Milliseconds()),
+			zap.Int64("held_ms", e.heldFor().Milliseconds()), tokenField(l), zap.String("method", r.Method), zap.String("uri", r.RequestURI)}
+		if h.s.dryRun {
+			countDryRun(h.label(), "lost")
+			h.logger.Info("redlock dry run: lock lost while the request ran; it goes on unlocked (enforcing would have aborted it)", fields...)
+			return
+		}
+		h.logger.Error("redlock lock lost while the request ran: request aborted", fields...)
 	})
 	var once sync.Once
 	return func() {
