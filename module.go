@@ -45,7 +45,8 @@ func init() {
 // `{http.redlock.param.*}` | each capture of the matching path template, by name
 type Handler struct {
 	// Redis node URLs, one per independent master: redis://[user:pass@]host:port[/db],
-	// rediss://... (TLS), unix://[user:pass@]/path/redis.sock[?db=N] or host:port.
+	// rediss://... (TLS), unix://[user:pass@]/path/redis.sock[?db=N] or host:port (no
+	// credentials without a scheme).
 	// Placeholders such as {env.REDIS_PASS} are expanded at provision. Required.
 	Redis []string `json:"redis,omitempty"`
 	// TLS configures the rediss:// nodes (tls.go). Without it: system roots, each
@@ -294,9 +295,9 @@ func (h *Handler) resolveNodes(s *settings) error {
 	if len(h.Redis) == 0 {
 		return fmt.Errorf("redis: at least one node URL is required")
 	}
-	for _, u := range h.Redis {
+	for i, u := range h.Redis {
 		if err := checkNodeURL(u); err != nil {
-			return fmt.Errorf("redis: %w", err)
+			return fmt.Errorf("redis: node %d: %w", i+1, err)
 		}
 	}
 	s.urls = append([]string(nil), h.Redis...)
