@@ -57,6 +57,8 @@ type Handler struct {
 	// Key is the key template. Without paths it applies to every request (default
 	// {http.request.uri.path}, the normalized path); with paths it is the key for
 	// requests no path template matches (without it those requests are not locked).
+	// Every placeholder derived from the path ({http.request.uri.path.N}, .dir, .file,
+	// {http.request.uri}, the orig_uri ones, ...) renders from the normalized path.
 	Key string `json:"key,omitempty"`
 	// Keys are several key templates in place of Key: a request holds all of them or
 	// none, taken in sorted order (at most 16). Not together with Key.
