@@ -162,6 +162,7 @@ func TestHostilePathVariants(t *testing.T) {
 // it and none reaches the upstream; once it is free they run one at a time, all with the
 // same key. Each row is its own redlock handler, chosen by the X-Row header.
 func TestHostilePathPlaceholders(t *testing.T) {
+	skipShort(t)
 	servers := redistest.StartN(t, 3)
 	up := newUpstream(t, 10*time.Millisecond, nil)
 	spellings := []string{"/acme/a.txt?v=1", "/./acme/a.txt?v=1", "//acme/a.txt?v=1", "/x/../acme/a.txt?v=1",
