@@ -34,7 +34,10 @@ const maxKeys = redlock.MaxKeys
 
 // keyer renders lock keys for requests.
 type keyer struct {
-	foldCase  bool
+	foldCase bool
+	// pathVars: some key template names a placeholder derived from the path, so keys
+	// render through keyVars (else through the request's replacer, which is cheaper).
+	pathVars  bool
 	templates []*keys.Template // matched in order (with the first key of each path)
 	// keys are the key templates of each path template, as rendered by the replacer.
 	keys [][]string
@@ -82,7 +85,7 @@ func newKeyer(paths []PathKey, fallback []string, foldCase bool) (*keyer, error)
 		for j, kt := range kts {
 			t, err := keys.ParseTemplate(pattern, kt)
 			if err == nil {
-				err = checkPathPlaceholders(t.KeyTemplate())
+				err = k.checkPathPlaceholders(t.KeyTemplate())
 			}
 			if err != nil {
 				return nil, fmt.Errorf("path %d (%s): %w", i+1, p.Path, err)
@@ -103,7 +106,7 @@ func newKeyer(paths []PathKey, fallback []string, foldCase bool) (*keyer, error)
 			// use Caddy placeholders.
 			t, err := keys.ParseTemplate("/*", kt)
 			if err == nil {
-				err = checkPathPlaceholders(t.KeyTemplate())
+				err = k.checkPathPlaceholders(t.KeyTemplate())
 			}
 			if err != nil {
 				return nil, fmt.Errorf("key: %w", err)
@@ -129,15 +132,18 @@ func lowerLiterals(pattern string) string {
 }
 
 // checkPathPlaceholders refuses a key template naming a placeholder of Caddy's path
-// families that cannot be rendered from the normalized path (keys.PathPlaceholder). It
-// lists the names exactly as Caddy's replacer scans the template, by running it.
-func checkPathPlaceholders(tmpl string) error {
+// families that cannot be rendered from the normalized path (keys.PathPlaceholder), and
+// notes whether it names one that can (k.pathVars). It lists the names exactly as Caddy's
+// replacer scans the template, by running it.
+func (k *keyer) checkPathPlaceholders(tmpl string) error {
 	var err error
 	scan := caddy.NewEmptyReplacer()
 	scan.Map(func(name string) (any, bool) {
-		if _, e := keys.PathPlaceholder(name); e != nil && err == nil {
+		src, e := keys.PathPlaceholder(name)
+		if e != nil && err == nil {
 			err = e
 		}
+		k.pathVars = k.pathVars || src != keys.NotFromPath
 		return "x", true
 	})
 	_, _ = scan.ReplaceOrErr(tmpl, false, false)
@@ -218,12 +224,15 @@ func (k *keyer) render(r *http.Request, repl *caddy.Replacer) ([]string, error) 
 	} else if len(tmpls) == 0 {
 		return nil, errUnlocked
 	}
-	vars := &keyVars{r: r, repl: repl, norm: norm, fold: k.foldCase}
-	kr := vars.replacer()
+	kr, vars := repl, (*keyVars)(nil)
+	if k.pathVars {
+		vars = &keyVars{r: r, repl: repl, norm: norm, fold: k.foldCase}
+		kr = vars.replacer()
+	}
 	out := make([]string, 0, len(tmpls))
 	for _, tmpl := range tmpls {
 		key, err := renderKey(tmpl, kr)
-		if vars.err != nil {
+		if vars != nil && vars.err != nil {
 			return nil, caddyhttp.Error(http.StatusBadRequest, fmt.Errorf("redlock: original request path: %w", vars.err))
 		}
 		if err != nil {
