@@ -46,9 +46,10 @@ func (o *cliOutputs) text() string {
 // cli runs cmd/caddy (caddyBinary) redlock args... and returns its outputs and exit code.
 func (o *cliOutputs) cli(t *testing.T, args ...string) cliRun {
 	t.Helper()
+	bin := caddyBinary(t) // the first call builds it: not on the command's clock
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, caddyBinary(t), append([]string{"redlock"}, args...)...)
+	cmd := exec.CommandContext(ctx, bin, append([]string{"redlock"}, args...)...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	cmd.Dir = t.TempDir() // no adjacent Caddyfile
@@ -84,6 +85,7 @@ func (r cliRun) want(t *testing.T, code int, parts ...string) {
 // and no log line holds a lock value.
 func TestCommandLocksNodesKeyRelease(t *testing.T) {
 	skipShort(t)
+	caddyBinary(t) // built before the held request's 20 s stream starts its clock
 	servers := redistest.StartN(t, 3)
 	st := &streamer{cancelled: map[string]time.Time{}}
 	up := newUpstream(t, 0, st.serve)
@@ -285,7 +287,7 @@ func TestCommandAdminAddress(t *testing.T) {
 // encodes fields as JSON strings; DEL and C1 controls it writes as they are).
 func TestCommandControlCharactersInKeys(t *testing.T) {
 	skipShort(t)
-	caddyBinary(t) // built before the clock of the held request starts
+	caddyBinary(t) // built before the held request's stream starts its clock
 	servers := redistest.StartN(t, 3)
 	st := &streamer{cancelled: map[string]time.Time{}}
 	up := newUpstream(t, 0, st.serve)
