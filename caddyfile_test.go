@@ -135,7 +135,10 @@ func TestCaddyfileErrors(t *testing.T) {
 		{"redlock {\n" + r + "tls {\ninsecure_skip_verify yes\n}\n}", "tls: insecure_skip_verify: takes no argument"},
 		{"redlock {\n" + r + "tls {\nca a.pem\nca b.pem\n}\n}", "tls: ca: given more than once"},
 		{"redlock {\n" + r + "tls {\n}\ntls {\n}\n}", "tls: given more than once"},
-		{"redlock {\nredis localhost\n}", `node "localhost": want redis://host:port`},
+		{"redlock {\nredis localhost\n}", `node 1: redlock: node URL: want redis://host:port`},
+		{"redlock {\nredis 127.0.0.1:1 default:secret@127.0.0.1:6379\n}", "node 2: redlock: node URL without a scheme has credentials"},
+		{"redlock {\nredis secret@127.0.0.1:6379\n}", "write redis://user:password@host:port"},
+		{"redlock {\nredis default:secret\n}", "node 1: redlock: node URL: want redis://host:port"},
 		{"redlock {\nredis redis://user:secret@:bad:port\n}", "xxxxx"},
 		{"redlock {\n" + r + "bogus 1\n}", `unknown option "bogus"`},
 		{"redlock {\n" + r + "drift_factor NaN\n}", `drift_factor: want a number > 0, got "NaN"`},
@@ -270,17 +273,33 @@ func TestCaseInsensitivePatterns(t *testing.T) {
 	}
 }
 
-func TestRewritePathPlaceholder(t *testing.T) {
-	for in, want := range map[string]string{
-		"":                        "",
-		"{http.request.uri.path}": "{http.redlock.path}",
-		"a{http.request.uri.path}b{http.request.uri.path}": "a{http.redlock.path}b{http.redlock.path}",
-		`\{http.request.uri.path}`:                         `\{http.request.uri.path}`,
-		"{http.request.uri.path.0}":                        "{http.request.uri.path.0}",
-		"{http.request.host}":                              "{http.request.host}",
+// Placeholders of Caddy's path families that cannot be rendered from the normalized path
+// are refused at config time, naming the option; the others are accepted.
+func TestPathPlaceholdersRefused(t *testing.T) {
+	for _, tc := range []struct{ key, err string }{
+		{"{http.request.uri.path}", ""},
+		{"t:{http.request.uri.path.0}:{http.request.uri.path.file.ext}", ""},
+		{"{http.request.orig_uri.path.file_escaped}{http.request.uri_escaped}", ""},
+		{"{http.request.uri.query.k}{http.request.orig_uri.prefixed_query}{http.request.uri.query.}", ""},
+		{`\{http.request.uri.path.x}`, ""}, // escaped: literal text
+		{"{http.request.uri.path.-1}", "placeholder {http.request.uri.path.-1} is derived from the request path"},
+		{"a{http.request.uri.path.x}", "{http.request.uri.path.x}"},
+		{"{http.request.urix}", "{http.request.urix}"},
+		{"{http.request.orig_uri.path.file.base}", "use {http.request.orig_uri.path}"},
+		{"{http.request.orig_uri_escaped}", "{http.request.orig_uri_escaped}"},
 	} {
-		if got := rewritePathPlaceholder(in); got != want {
-			t.Errorf("rewritePathPlaceholder(%q) = %q, want %q", in, got, want)
+		_, errKey := newKeyer(nil, []string{tc.key}, false)
+		_, errPath := newKeyer([]PathKey{{Path: "/a/{id}", Key: "{id}" + tc.key}}, nil, false)
+		for _, c := range []struct {
+			err  error
+			want string
+		}{{errKey, "key: "}, {errPath, "path 1 (/a/{id}): "}} {
+			switch {
+			case tc.err == "" && c.err != nil:
+				t.Errorf("%q: %v", tc.key, c.err)
+			case tc.err != "" && (c.err == nil || !strings.Contains(c.err.Error(), tc.err) || !strings.Contains(c.err.Error(), c.want)):
+				t.Errorf("%q: error %v, want one with %q and %q", tc.key, c.err, c.want, tc.err)
+			}
 		}
 	}
 }

@@ -44,6 +44,9 @@ Talks to the redlock routes of a running Caddy's admin API (/redlock/...).
   caddy redlock release <key>    force release on every node; aborts a local holder
   caddy redlock health           exit 0 when every locker has a voting quorum, 1 when not
 
+A key with characters a terminal would act on (CR, LF, ESC, TAB, ...) is shown Go-quoted,
+"k:\r\n"; give it to key and release in that form (quoted again for the shell).
+
 The admin address is found like "caddy reload" finds it: --address if given, else the
 admin address in --config (adapted with --adapter), else Caddy's default. --json prints
 the admin API's answer as is. Exit status 2 on errors (admin unreachable, bad arguments).
@@ -110,6 +113,9 @@ func callAdmin(fl caddycmd.Flags, method, path string, okStatus ...int) (*adminC
 				return &adminCall{addr: addr, status: code, body: []byte(body)}, nil
 			}
 		}
+		if !printable(err.Error()) { // the answer may quote a key: shown, as in the tables
+			err = errors.New(shown(err.Error()))
+		}
 		return nil, fmt.Errorf("admin API at %s: %s %s: %w", addr, method, path, err)
 	}
 	defer resp.Body.Close()
@@ -136,7 +142,7 @@ func run(fl caddycmd.Flags, method, path string, table func(c *adminCall, w io.W
 		return exitError, err
 	}
 	if fl.Bool("json") {
-		_, err = os.Stdout.Write(c.body)
+		_, err = os.Stdout.Write(terminalJSON(c.body))
 	} else {
 		err = table(c, os.Stdout)
 	}
@@ -176,7 +182,7 @@ func cmdKey(fl caddycmd.Flags) (int, error) {
 	if err := wantArgs(fl, 1, "key <key>"); err != nil {
 		return exitError, err
 	}
-	return run(fl, http.MethodGet, "/redlock/keys?key="+url.QueryEscape(fl.Arg(0)), func(c *adminCall, w io.Writer) error {
+	return run(fl, http.MethodGet, "/redlock/keys?key="+url.QueryEscape(keyArg(fl.Arg(0))), func(c *adminCall, w io.Writer) error {
 		var v keyJSON
 		if err := c.decode("/redlock/keys", &v); err != nil {
 			return err
@@ -189,7 +195,7 @@ func cmdRelease(fl caddycmd.Flags) (int, error) {
 	if err := wantArgs(fl, 1, "release <key>"); err != nil {
 		return exitError, err
 	}
-	return run(fl, http.MethodDelete, "/redlock/keys?key="+url.QueryEscape(fl.Arg(0)), func(c *adminCall, w io.Writer) error {
+	return run(fl, http.MethodDelete, "/redlock/keys?key="+url.QueryEscape(keyArg(fl.Arg(0))), func(c *adminCall, w io.Writer) error {
 		var v releaseJSON
 		if err := c.decode("/redlock/keys", &v); err != nil {
 			return err
@@ -213,7 +219,7 @@ func cmdHealth(fl caddycmd.Flags) (int, error) {
 		return exitError, err
 	}
 	if fl.Bool("json") {
-		_, err = os.Stdout.Write(c.body)
+		_, err = os.Stdout.Write(terminalJSON(c.body))
 	} else {
 		err = printHealth(os.Stdout, v)
 	}

@@ -6,9 +6,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -44,9 +46,10 @@ func (o *cliOutputs) text() string {
 // cli runs cmd/caddy (caddyBinary) redlock args... and returns its outputs and exit code.
 func (o *cliOutputs) cli(t *testing.T, args ...string) cliRun {
 	t.Helper()
+	bin := caddyBinary(t) // the first call builds it: not on the command's clock
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, caddyBinary(t), append([]string{"redlock"}, args...)...)
+	cmd := exec.CommandContext(ctx, bin, append([]string{"redlock"}, args...)...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	cmd.Dir = t.TempDir() // no adjacent Caddyfile
@@ -82,6 +85,7 @@ func (r cliRun) want(t *testing.T, code int, parts ...string) {
 // and no log line holds a lock value.
 func TestCommandLocksNodesKeyRelease(t *testing.T) {
 	skipShort(t)
+	caddyBinary(t) // built before the held request's 20 s stream starts its clock
 	servers := redistest.StartN(t, 3)
 	st := &streamer{cancelled: map[string]time.Time{}}
 	up := newUpstream(t, 0, st.serve)
@@ -271,5 +275,112 @@ func TestCommandAdminAddress(t *testing.T) {
 	r = out.cli(t, "lock", "--address", s.adminAdr)
 	if r.code != 2 || !strings.Contains(r.stderr, `unknown command \"lock\"`) {
 		t.Errorf("a typo: exit %d, stderr %q", r.code, r.stderr)
+	}
+}
+
+// TestCommandControlCharactersInKeys: a key rendered from a decoded {query.k} holding CR,
+// LF, TAB, ESC, DEL, a C1 control and a bidi override shows Go-quoted in the tables of
+// every `caddy redlock` subcommand, so none of those bytes reaches the operator's
+// terminal and no row is forged; `key` and `release` take the key as `locks` shows it;
+// --json is the same JSON with nothing raw for a terminal either. Caddy's log, in the
+// JSON and the console encoders, carries the key's CR, LF, TAB and ESC escaped (zap
+// encodes fields as JSON strings; DEL and C1 controls it writes as they are).
+func TestCommandControlCharactersInKeys(t *testing.T) {
+	skipShort(t)
+	caddyBinary(t) // built before the held request's stream starts its clock
+	servers := redistest.StartN(t, 3)
+	st := &streamer{cancelled: map[string]time.Time{}}
+	up := newUpstream(t, 0, st.serve)
+	consoleLog := filepath.Join(t.TempDir(), "console.log")
+	s := startCaddy(t, fmt.Sprintf("log console {\n\t\toutput file %s\n\t\tformat console\n\t\tlevel DEBUG\n\t}", consoleLog), fmt.Sprintf(`
+	redlock {
+		%s
+		prefix ctl:
+		ttl 1500ms
+		node_timeout 200ms
+		wait 30s
+		fencing
+		key k:{query.k}
+	}
+	reverse_proxy %s {
+		flush_interval -1
+	}`, redisLine(servers), up.addr))
+	adm := newAdmClient(s)
+	var out cliOutputs
+	addr := "--address=" + s.adminAdr
+	const value = "\r\nforged\trow\x1b[2J\x7f\u009b\u202e"
+	key := "k:" + value
+	quoted := strconv.Quote(key)
+
+	holder := startStream(t, s.url+"/hold?d=20s&k="+url.QueryEscape(value))
+	if !eventually(10*time.Second, func() bool { return adm.locks(t).Held == 1 }) {
+		t.Fatal("the streamed request never showed as held")
+	}
+	safe := func(what string, r cliRun) {
+		t.Helper()
+		for _, text := range []string{r.stdout, r.stderr} {
+			if bad := unsafeForTerminal(strings.ReplaceAll(text, "\t", " ")); bad != "" {
+				t.Errorf("%s prints %s raw:\n%q", what, bad, text)
+			}
+		}
+	}
+	r := out.cli(t, "locks", addr)
+	r.want(t, 0, "1 held, 0 waiting, 0 draining", quoted)
+	safe("locks", r)
+	if strings.Contains(r.stdout, "\t") || len(strings.Split(strings.TrimSpace(r.stdout), "\n")) != 3 {
+		t.Errorf("locks: want a summary, a header and one row:\n%q", r.stdout)
+	}
+	r = out.cli(t, "locks", "--json", addr)
+	safe("locks --json", r)
+	var lj locksJSON
+	if err := json.Unmarshal([]byte(r.stdout), &lj); err != nil || len(lj.Locks) != 1 || lj.Locks[0].Key != key {
+		t.Errorf("locks --json: %v %+v", err, lj)
+	}
+	for _, cmd := range []string{"nodes", "health"} {
+		r = out.cli(t, cmd, addr)
+		r.want(t, 0)
+		safe(cmd, r)
+	}
+	r = out.cli(t, "key", quoted, addr)
+	r.want(t, 0, "key "+quoted+": held", "held here (held) by GET /hold?")
+	safe("key", r)
+	r = out.cli(t, "key", "--json", quoted, addr)
+	safe("key --json", r)
+	var kj keyJSON
+	if err := json.Unmarshal([]byte(r.stdout), &kj); err != nil || kj.Key != key || kj.Status != keyHeld {
+		t.Errorf("key --json: %v %s", err, r.stdout)
+	}
+	r = out.cli(t, "release", quoted, addr)
+	r.want(t, 0, "key "+quoted+": released", strconv.Quote("ctl:"+key), "request holding it was aborted")
+	safe("release", r)
+	holder.wait(t, 10*time.Second)
+	if strings.HasSuffix(holder.body, "done\n") {
+		t.Errorf("the holder ran to its end after release")
+	}
+	r = out.cli(t, "key", quoted, addr)
+	r.want(t, 0, "key "+quoted+": not held")
+	if testing.Verbose() {
+		t.Logf("what the operator saw:\n%s", out.text())
+	}
+
+	// Caddy's log: the key is there (the force release), its CR, LF, TAB and ESC escaped.
+	for _, f := range []string{s.logFile, consoleLog} {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Contains(b, []byte("forged")) {
+			t.Errorf("%s: the key was never logged", filepath.Base(f))
+		}
+		// (The console encoder colours levels with escape sequences of its own.)
+		for _, c := range []string{"\r", "\x1b[2J", "\nforged", "forged\trow"} {
+			if i := bytes.Index(b, []byte(c)); i >= 0 {
+				line := b[bytes.LastIndexByte(b[:i], '\n')+1:]
+				if j := bytes.IndexByte(line[1:], '\n'); j >= 0 {
+					line = line[:j+1]
+				}
+				t.Errorf("%s has %q raw: %q", filepath.Base(f), c, line)
+			}
+		}
 	}
 }

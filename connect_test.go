@@ -2,13 +2,17 @@ package caddyredlock
 
 import (
 	"bufio"
+	"bytes"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/caddyserver/caddy/v2/caddyconfig"
 
 	"github.com/caddy-redlock/caddy-redlock/internal/redistest"
 )
@@ -236,4 +240,64 @@ func TestCaddyACLMissingPermission(t *testing.T) {
 		urls[i] = "redis://caddy:s3cret@" + s.Addr()
 	}
 	misconfiguredSite(t, urls, "", "'info' command")
+}
+
+// TestCaddyNodeURLCredentialsNeedScheme: a node URL with credentials but no scheme
+// ("default:pw@host:port", "pw@host:port"), in the Caddyfile or through {env.X}, is
+// refused (at adapt, or at load with the old config kept), and the password shows in
+// none of the adapt error, the /load answer, Caddy's log, the admin routes and /metrics.
+func TestCaddyNodeURLCredentialsNeedScheme(t *testing.T) {
+	const secret = "Pw-n0t-sh0wn"
+	const hint = "redis://user:password@host:port"
+	servers := redistest.StartN(t, 1)
+	addr := servers[0].Addr()
+	up := newUpstream(t, 0, nil)
+	body := func(node string) string {
+		return fmt.Sprintf("\tredlock {\n\t\tredis %s\n\t\tprefix creds:\n\t}\n%s", node, proxyTo(up))
+	}
+	s := startCaddy(t, "", body(servers[0].URL()))
+	adm := newAdmClient(s)
+	shown := map[string]string{} // what a person or a scraper may see, by where
+	for i, bad := range []string{"default:" + secret + "@" + addr, secret + "@" + addr} {
+		_, _, err := caddyconfig.GetAdapter("caddyfile").Adapt([]byte(s.caddyfile("", body(bad))), nil)
+		if err == nil || !strings.Contains(err.Error(), hint) {
+			t.Errorf("%d: adapting a node URL with credentials and no scheme: %v, want an error that says %s", i, err, hint)
+		}
+		if err != nil {
+			shown[fmt.Sprintf("adapt error %d", i)] = err.Error()
+		}
+		// Through {env.X}: the Caddyfile adapts (placeholders expand at provision); the
+		// load is refused.
+		t.Setenv("REDLOCK_TEST_NODE", bad)
+		cfg := adapt(t, s.caddyfile("", body("{env.REDLOCK_TEST_NODE}")))
+		resp, err := http.Post(s.admin+"/load", "application/json", bytes.NewReader(cfg))
+		if err != nil {
+			t.Fatalf("POST /load: %v", err)
+		}
+		answer, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		shown[fmt.Sprintf("/load answer %d", i)] = string(answer)
+		if resp.StatusCode == http.StatusOK || !strings.Contains(string(answer), hint) {
+			t.Errorf("%d: POST /load with {env.X} = a node URL with credentials and no scheme: %s %s, want refused with %s",
+				i, resp.Status, answer, hint)
+		}
+	}
+	// The old config still serves; a request fills the metrics.
+	if code, b, _ := get(t, http.DefaultClient, "GET", s.url+"/a", nil); code != http.StatusOK {
+		t.Errorf("GET /a after the refused loads: %d %s", code, b)
+	}
+	for _, route := range []string{"/redlock/nodes", "/redlock/health", "/redlock/locks", "/redlock/keys?key=/a", "/metrics"} {
+		_, b, _ := adm.do(t, "GET", route)
+		shown[route] = string(b)
+	}
+	logs, err := os.ReadFile(s.logFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	shown["caddy log"] = string(logs)
+	for where, text := range shown {
+		if strings.Contains(text, secret) {
+			t.Errorf("%s shows the password:\n%s", where, tail(text, 20))
+		}
+	}
 }

@@ -58,16 +58,46 @@ func (hl heldLocks) keepAlive(interval, maxHold time.Duration) error {
 }
 
 // fencingHeader is the fencing header's value: the token for one key; for several,
-// key=token pairs in lock order, comma-separated.
+// key=token pairs in lock order, comma-separated, each key percent-encoded
+// (headerKey), so that a "," or "=" in a path capture can never forge a pair.
 func (hl heldLocks) fencingHeader() string {
 	if len(hl) == 1 {
 		return strconv.FormatInt(hl[0].Token(), 10)
 	}
-	parts := make([]string, len(hl))
+	keys, tokens := make([]string, len(hl)), make([]int64, len(hl))
 	for i, l := range hl {
-		parts[i] = l.Info().Key + "=" + strconv.FormatInt(l.Token(), 10)
+		keys[i], tokens[i] = l.Info().Key, l.Token()
+	}
+	return fencingPairs(keys, tokens)
+}
+
+// fencingPairs is the several-keys header: encoded key=token pairs, comma-separated.
+func fencingPairs(keys []string, tokens []int64) string {
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = headerKey(k) + "=" + strconv.FormatInt(tokens[i], 10)
 	}
 	return strings.Join(parts, ",")
+}
+
+// headerKey percent-encodes a key for the several-keys fencing header: every byte but
+// visible ASCII, and the four that would change how the header reads ("," and "=" the
+// format's own, "%" the escape, "+" which form decoders read as a space), become %XX. Any
+// standard percent-decoder gives the key back (Go's url.PathUnescape or QueryUnescape,
+// Python's unquote, JavaScript's decodeURIComponent), and a key without those bytes is
+// sent as it is. (An RFC 8941 dictionary would not do: its keys are lowercase tokens, so
+// every lock key would change form, and no standard library of Go or Python parses it.)
+func headerKey(key string) string {
+	const hex = "0123456789ABCDEF"
+	var b strings.Builder
+	for i := 0; i < len(key); i++ {
+		if c := key[i]; c > ' ' && c < 0x7f && c != ',' && c != '=' && c != '%' && c != '+' {
+			b.WriteByte(c)
+		} else {
+			b.Write([]byte{'%', hex[c>>4], hex[c&15]})
+		}
+	}
+	return b.String()
 }
 
 // err is nil while every lock is held, else the first lost lock's *LostError, else

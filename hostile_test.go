@@ -155,6 +155,149 @@ func TestHostilePathVariants(t *testing.T) {
 	noPanic(t, s)
 }
 
+// TestHostilePathPlaceholders: every path-derived placeholder in a key ({path.N}, {dir},
+// {file}, {uri}, the original request's {orig_*}, ...) renders from the normalized path,
+// so spellings of one resource (//, ./, x/.., a trailing slash or dot, an encoded
+// letter) take ONE lock: while another client holds the key, every spelling waits for
+// it and none reaches the upstream; once it is free they run one at a time, all with the
+// same key. Each row is its own redlock handler, chosen by the X-Row header.
+func TestHostilePathPlaceholders(t *testing.T) {
+	skipShort(t)
+	servers := redistest.StartN(t, 3)
+	up := newUpstream(t, 10*time.Millisecond, nil)
+	spellings := []string{"/acme/a.txt?v=1", "/./acme/a.txt?v=1", "//acme/a.txt?v=1", "/x/../acme/a.txt?v=1",
+		"/acme/a.txt/?v=1", "/acme//a.txt?v=1", "/acme/%61.txt?v=1", "/acme/a.txt/.?v=1"}
+	folded := []string{"/ACME/a.txt?v=1", "/./Acme/a.txt?v=1", "//acme/a.txt?v=1", "/x/../aCmE/a.txt?v=1"}
+	rows := []struct {
+		key, want string
+		opts      string   // more lines in the handle block (before redlock) or the redlock block
+		spellings []string // default: spellings
+	}{
+		{key: "{path}", want: "/acme/a.txt"},
+		{key: "{path.0}", want: "acme"},
+		{key: "{path.1}", want: "a.txt"},
+		{key: "{dir}", want: "/acme/"},
+		{key: "{file}", want: "a.txt"},
+		{key: "{file.base}", want: "a"},
+		{key: "{file.ext}", want: ".txt"},
+		{key: "{%path}", want: "%2Facme%2Fa.txt"},
+		{key: "{uri}", want: "/acme/a.txt?v=1"},
+		{key: "{%uri}", want: "%2Facme%2Fa.txt%3Fv%3D1"},
+		{key: "{orig_uri}", want: "/acme/a.txt?v=1"},
+		{key: "{orig_path}", want: "/acme/a.txt"},
+		{key: "{orig_dir}", want: "/acme/"},
+		{key: "{orig_file}", want: "a.txt"},
+		{key: "{http.request.orig_uri.path.0}", want: "acme"},
+		{key: "{http.request.orig_uri.path.file_escaped}", want: "a.txt"},
+		// After a rewrite the original path still keys as normalized.
+		{key: "{orig_path}|{path}", want: "/acme/a.txt|/static", opts: "rewrite * /static"},
+		// Case folding applies to every path placeholder.
+		{key: "{path.0}", want: "acme", opts: "case_insensitive", spellings: folded},
+	}
+	var body strings.Builder
+	for i, r := range rows {
+		before, inBlock := "", ""
+		if strings.HasPrefix(r.opts, "rewrite") {
+			before = r.opts
+		} else {
+			inBlock = r.opts
+		}
+		fmt.Fprintf(&body, `
+	@r%d header X-Row %d
+	handle @r%d {
+		%s
+		redlock {
+			redis %s
+			prefix pathph:
+			ttl 2s
+			node_timeout 200ms
+			wait 30s
+			key r%d:%s
+			%s
+		}
+%s
+	}`, i, i, i, before, strings.Join(redistest.URLs(servers), " "), i, r.key, inBlock, proxyTo(up))
+	}
+	s := startCaddy(t, "", body.String())
+	hostport := strings.TrimPrefix(s.url, "http://")
+
+	for i, r := range rows {
+		want := fmt.Sprintf("r%d:%s", i, r.want)
+		sp := r.spellings
+		if sp == nil {
+			sp = spellings
+		}
+		// Held by another client: every spelling waits for this one key.
+		release := holdKey(t, servers, "pathph:", want, 30*time.Second)
+		hits, _, _ := up.snapshot()
+		firstKey := len(up.seenKeys())
+		codes := make([]int, len(sp))
+		var wg sync.WaitGroup
+		for j, target := range sp {
+			wg.Go(func() { codes[j] = sendRaw(hostport, target, fmt.Sprintf("X-Row: %d", i)) })
+		}
+		waiting := func() int {
+			n := 0
+			for _, e := range inflightRequests() {
+				if e.Key == want && e.State == stateWaiting {
+					n++
+				}
+			}
+			return n
+		}
+		eventually(10*time.Second, func() bool {
+			now, _, _ := up.snapshot()
+			return waiting() == len(sp) || now != hits
+		})
+		if now, _, _ := up.snapshot(); now != hits || waiting() != len(sp) {
+			t.Errorf("key r%d:%s: while %q is held, %d of %d spellings reached the upstream (keys %q), %d wait for it",
+				i, r.key, want, now-hits, len(sp), up.seenKeys()[firstKey:], waiting())
+		}
+		release()
+		wg.Wait()
+		for j, code := range codes {
+			if code != http.StatusOK {
+				t.Errorf("key r%d:%s: GET %s: %d", i, r.key, sp[j], code)
+			}
+		}
+		for _, k := range up.seenKeys()[firstKey:] {
+			if k != want {
+				t.Errorf("key r%d:%s: a spelling took %q, want %q", i, r.key, k, want)
+			}
+		}
+	}
+	if _, overlaps, _ := up.snapshot(); overlaps != 0 {
+		t.Errorf("%d requests ran while another with the same key was inside:\n%s", overlaps, strings.Join(up.overlapLog, "\n"))
+	}
+	noKeysLeft(t, servers, "pathph:")
+	noPanic(t, s)
+}
+
+// sendRaw sends a GET with the request target as given (no client cleans it) and returns
+// the status, 0 on any error. Safe to call from any goroutine.
+func sendRaw(hostport, target string, headers ...string) int {
+	c, err := net.DialTimeout("tcp", hostport, 5*time.Second)
+	if err != nil {
+		return 0
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(60 * time.Second))
+	req := "GET " + target + " HTTP/1.1\r\nHost: " + hostport + "\r\nConnection: close\r\n"
+	for _, h := range headers {
+		req += h + "\r\n"
+	}
+	if _, err := io.WriteString(c, req+"\r\n"); err != nil {
+		return 0
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		return 0
+	}
+	defer resp.Body.Close()
+	_, _ = io.Copy(io.Discard, resp.Body)
+	return resp.StatusCode
+}
+
 // rawRequestOrClosed writes line (a whole request line, sent as is) and returns the
 // status, or 0 when the server closed the connection without an answer.
 func rawRequestOrClosed(t *testing.T, hostport, line string) int {

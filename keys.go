@@ -23,8 +23,8 @@ const (
 	phToken  = "http.redlock.token"
 	phWaitMS = "http.redlock.wait_ms"
 	phMode   = "http.redlock.mode" // exclusive, shared or limit
-	// phPath is the normalized request path: what keys are made of. Key templates that
-	// name {http.request.uri.path} get it instead (see rewritePathPlaceholder).
+	// phPath is the normalized request path: what keys are made of. In a key template
+	// every placeholder derived from the path is rendered from it (keyVars).
 	phPath = "http.redlock.path"
 )
 
@@ -34,7 +34,10 @@ const maxKeys = redlock.MaxKeys
 
 // keyer renders lock keys for requests.
 type keyer struct {
-	foldCase  bool
+	foldCase bool
+	// pathVars: some key template names a placeholder derived from the path, so keys
+	// render through keyVars (else through the request's replacer, which is cheaper).
+	pathVars  bool
 	templates []*keys.Template // matched in order (with the first key of each path)
 	// keys are the key templates of each path template, as rendered by the replacer.
 	keys [][]string
@@ -80,7 +83,10 @@ func newKeyer(paths []PathKey, fallback []string, foldCase bool) (*keyer, error)
 		}
 		var rendered []string
 		for j, kt := range kts {
-			t, err := keys.ParseTemplate(pattern, rewritePathPlaceholder(kt))
+			t, err := keys.ParseTemplate(pattern, kt)
+			if err == nil {
+				err = k.checkPathPlaceholders(t.KeyTemplate())
+			}
 			if err != nil {
 				return nil, fmt.Errorf("path %d (%s): %w", i+1, p.Path, err)
 			}
@@ -98,7 +104,10 @@ func newKeyer(paths []PathKey, fallback []string, foldCase bool) (*keyer, error)
 		for _, kt := range fallback {
 			// A pattern without captures validates the key as a template that may only
 			// use Caddy placeholders.
-			t, err := keys.ParseTemplate("/*", rewritePathPlaceholder(kt))
+			t, err := keys.ParseTemplate("/*", kt)
+			if err == nil {
+				err = k.checkPathPlaceholders(t.KeyTemplate())
+			}
 			if err != nil {
 				return nil, fmt.Errorf("key: %w", err)
 			}
@@ -122,26 +131,74 @@ func lowerLiterals(pattern string) string {
 	return strings.Join(segs, "/")
 }
 
-// rewritePathPlaceholder makes {http.request.uri.path} (the Caddyfile's {path}) in a key
-// template mean the normalized path: a raw path in a lock key would let "/a//b" and "/a/b"
-// take two different locks.
-func rewritePathPlaceholder(tmpl string) string {
-	const raw = "{http.request.uri.path}"
-	var b strings.Builder
-	for {
-		i := strings.Index(tmpl, raw)
-		if i < 0 {
-			b.WriteString(tmpl)
-			return b.String()
+// checkPathPlaceholders refuses a key template naming a placeholder of Caddy's path
+// families that cannot be rendered from the normalized path (keys.PathPlaceholder), and
+// notes whether it names one that can (k.pathVars). It lists the names exactly as Caddy's
+// replacer scans the template, by running it.
+func (k *keyer) checkPathPlaceholders(tmpl string) error {
+	var err error
+	scan := caddy.NewEmptyReplacer()
+	scan.Map(func(name string) (any, bool) {
+		src, e := keys.PathPlaceholder(name)
+		if e != nil && err == nil {
+			err = e
 		}
-		b.WriteString(tmpl[:i])
-		if i > 0 && tmpl[i-1] == '\\' { // escaped: literal text
-			b.WriteString(raw)
-		} else {
-			b.WriteString("{" + phPath + "}")
-		}
-		tmpl = tmpl[i+len(raw):]
+		k.pathVars = k.pathVars || src != keys.NotFromPath
+		return "x", true
+	})
+	_, _ = scan.ReplaceOrErr(tmpl, false, false)
+	return err
+}
+
+// keyVars answers the placeholders of a key template for one request: those derived
+// from the path (keys.PathPlaceholder: {path}, {path.N}, {dir}, {file}, {uri}, the
+// original request's {orig_*}, ...) from the normalized path, every other one from the
+// request's replacer. Later handlers still see Caddy's own values: only keys are
+// rendered this way.
+type keyVars struct {
+	r    *http.Request
+	repl *caddy.Replacer
+	norm string // the request's normalized path
+	fold bool
+	// the original request's normalized path, once asked for; err if it is not valid
+	orig     string
+	origDone bool
+	err      error
+}
+
+// replacer is a replacer that renders key templates through v.
+func (v *keyVars) replacer() *caddy.Replacer {
+	kr := caddy.NewEmptyReplacer()
+	kr.Map(v.get)
+	return kr
+}
+
+func (v *keyVars) get(name string) (any, bool) {
+	src, err := keys.PathPlaceholder(name)
+	switch {
+	case err != nil:
+		return nil, false // refused at provision (checkPathPlaceholders)
+	case src == keys.FromPath:
+		return keys.RenderPathPlaceholder(name, v.norm, v.r.URL.RawQuery)
+	case src == keys.FromOrigPath:
+		p, q := v.origPath()
+		return keys.RenderPathPlaceholder(name, p, q)
 	}
+	return v.repl.Get(name)
+}
+
+// origPath is the original request's normalized path and raw query (the request's own
+// when Caddy kept no original, as outside a server).
+func (v *keyVars) origPath() (string, string) {
+	or, ok := v.r.Context().Value(caddyhttp.OriginalRequestCtxKey).(http.Request)
+	if !ok || or.URL == nil {
+		return v.norm, v.r.URL.RawQuery
+	}
+	if !v.origDone {
+		v.origDone = true
+		v.orig, v.err = keys.NormalizePath(or.URL.Path, or.URL.RawPath, v.fold)
+	}
+	return v.orig, or.URL.RawQuery
 }
 
 // errUnlocked says the request matches no path template and there is no fallback key.
@@ -167,9 +224,17 @@ func (k *keyer) render(r *http.Request, repl *caddy.Replacer) ([]string, error) 
 	} else if len(tmpls) == 0 {
 		return nil, errUnlocked
 	}
+	kr, vars := repl, (*keyVars)(nil)
+	if k.pathVars {
+		vars = &keyVars{r: r, repl: repl, norm: norm, fold: k.foldCase}
+		kr = vars.replacer()
+	}
 	out := make([]string, 0, len(tmpls))
 	for _, tmpl := range tmpls {
-		key, err := renderKey(tmpl, repl)
+		key, err := renderKey(tmpl, kr)
+		if vars != nil && vars.err != nil {
+			return nil, caddyhttp.Error(http.StatusBadRequest, fmt.Errorf("redlock: original request path: %w", vars.err))
+		}
 		if err != nil {
 			return nil, err
 		}

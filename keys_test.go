@@ -1,10 +1,17 @@
 package caddyredlock
 
 import (
+	"context"
 	"errors"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -104,7 +111,7 @@ func TestRender(t *testing.T) {
 // normalized form always take the same key (so no spelling escapes a lock).
 func FuzzRenderKey(f *testing.F) {
 	for _, s := range []string{"/", "/accounts/42", "//Accounts/./42/../42/x", "/docs/%2F", "/a\x00",
-		"/files/" + strings.Repeat("x/", 200), "/\xff", "/t/{x}", "../..//accounts/7"} {
+		"/files/" + strings.Repeat("x/", 200), "/\xff", "/t/{x}", "../..//accounts/7", "/p/a/b.c", "//p/./a/../b.c/", "/P/%2F/x y"} {
 		f.Add(s, false)
 		f.Add(s, true)
 	}
@@ -112,6 +119,10 @@ func FuzzRenderKey(f *testing.F) {
 		k, err := newKeyer([]PathKey{
 			{Path: "/Accounts/{id}/*", Key: "acct:{id}"},
 			{Path: "/t/{x}"},
+			{Path: "/p/*", Keys: []string{"{http.request.uri.path.0}/{http.request.uri.path.1}:{http.request.uri.path.dir}" +
+				"{http.request.uri.path.file}{http.request.uri.path.file.base}{http.request.uri.path.file.ext}",
+				"{http.request.uri}{http.request.uri_escaped}{http.request.uri.path_escaped}",
+				"{http.request.orig_uri}{http.request.orig_uri.path.dir}{http.request.orig_uri.path.file_escaped}{http.request.orig_uri.path.2}"}},
 		}, []string{"{http.request.uri.path}"}, fold)
 		if err != nil {
 			t.Fatal(err)
@@ -160,6 +171,101 @@ func TestRenderSeveralKeys(t *testing.T) {
 		got, _, err := renderPath(k, tc.path, nil)
 		if status(err) != tc.status || got != tc.want {
 			t.Errorf("%s: %q (status %d, %v), want %q (status %d)", tc.path, got, status(err), err, tc.want, tc.status)
+		}
+	}
+}
+
+// caddyPathPlaceholders lists the placeholders of Caddy's two path families by reading
+// the replacer's source in the module cache (the Caddy this module builds with): every
+// string literal that names one. A name ending in "." is a prefix (path segments, query
+// parameters).
+func caddyPathPlaceholders(t *testing.T) []string {
+	t.Helper()
+	out, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "github.com/caddyserver/caddy/v2").Output()
+	if err != nil {
+		t.Fatalf("finding Caddy's source: %v", err)
+	}
+	src, err := os.ReadFile(filepath.Join(strings.TrimSpace(string(out)), "modules", "caddyhttp", "replacer.go"))
+	if err != nil {
+		t.Fatalf("reading Caddy's replacer: %v", err)
+	}
+	names := regexp.MustCompile(`"(http\.request\.(?:orig_)?uri[a-z_.]*)"`).FindAllStringSubmatch(string(src), -1)
+	var found []string
+	for _, m := range names {
+		if !slices.Contains(found, m[1]) {
+			found = append(found, m[1])
+		}
+	}
+	if len(found) < 20 {
+		t.Fatalf("only %d path placeholders in Caddy's replacer: %q", len(found), found)
+	}
+	return found
+}
+
+// TestPathPlaceholdersAsCaddyOnTheNormalizedPath: every placeholder of Caddy's path
+// families is known (none is refused), and each one derived from the path renders in a
+// key, for any spelling of a path, exactly what Caddy renders for the normalized path.
+func TestPathPlaceholdersAsCaddyOnTheNormalizedPath(t *testing.T) {
+	var names []string
+	for _, name := range caddyPathPlaceholders(t) {
+		switch {
+		case strings.HasSuffix(name, ".path."):
+			for i := range 4 {
+				names = append(names, name+strconv.Itoa(i))
+			}
+		case strings.HasSuffix(name, ".query."):
+			names = append(names, name+"k")
+		default:
+			names = append(names, name)
+		}
+	}
+	var fromPath int
+	for _, name := range names {
+		src, err := keys.PathPlaceholder(name)
+		if err != nil {
+			t.Errorf("Caddy's {%s} is refused: %v", name, err)
+		}
+		if src != keys.NotFromPath {
+			fromPath++
+		}
+		if q := strings.Contains(name, "query"); q != (src == keys.NotFromPath) {
+			t.Errorf("{%s}: source %v", name, src)
+		}
+	}
+	if fromPath < 17 {
+		t.Errorf("only %d placeholders derived from the path", fromPath)
+	}
+	t.Logf("%d placeholders, %d derived from the path", len(names), fromPath)
+	// A request with the path target (its original request the same), and Caddy's
+	// replacer for it.
+	request := func(target string) (*http.Request, *caddy.Replacer) {
+		r := httptest.NewRequest("GET", target, nil)
+		r = r.WithContext(context.WithValue(r.Context(), caddyhttp.OriginalRequestCtxKey, *r.Clone(r.Context())))
+		return r, caddyhttp.NewTestReplacer(r)
+	}
+	for _, target := range []string{"/acme/a.txt?v=1&w", "//acme/./a.txt/?v=1&w", "/x/../Acme/A.TXT", "/", "/..", "/a%2Fb/c",
+		"/d%20e/f.tar.gz?x=%2F", "/acme/%61.txt", "/%E2%82%AC/x.y/", "/a/b/c/d/e", "/;x/y=z,w"} {
+		for _, fold := range []bool{false, true} {
+			r, repl := request(target)
+			norm, err := keys.NormalizePath(r.URL.Path, r.URL.RawPath, fold)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, caddyRepl := request((&url.URL{Path: norm, RawQuery: r.URL.RawQuery}).RequestURI())
+			for _, name := range names {
+				k, err := newKeyer(nil, []string{"v={" + name + "}"}, fold)
+				if err != nil {
+					t.Fatal(err)
+				}
+				keys, err := k.render(r, repl)
+				if err != nil {
+					t.Fatalf("%s {%s}: %v", target, name, err)
+				}
+				want, _ := caddyRepl.GetString(name)
+				if got := strings.TrimPrefix(keys[0], "v="); got != want {
+					t.Errorf("%s (case folding %v) {%s} = %q, Caddy gives %q for the normalized %s", target, fold, name, got, want, norm)
+				}
+			}
 		}
 	}
 }

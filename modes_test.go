@@ -3,6 +3,8 @@ package caddyredlock
 import (
 	"fmt"
 	"net/http"
+	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -151,6 +153,56 @@ func TestModePlaceholders(t *testing.T) {
 	if code != 200 || !strings.HasPrefix(body, "shared [account:a account:b] account:a=") {
 		t.Fatalf("GET: %d %q", code, body)
 	}
+}
+
+// A path capture holding "," and "=" cannot forge a pair in the several-keys fencing
+// header: the upstream, splitting the header at "," and "=" and percent-decoding each key
+// (either standard decoder), reads exactly the keys the request locked, each with its own
+// token, never a key it did not lock or a token the client chose.
+func TestSeveralKeysFencingHeaderCannotBeForged(t *testing.T) {
+	servers := redistest.StartN(t, 3)
+	up := newUpstream(t, 0, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("X-Seen-Token", r.Header.Get("Redlock-Fencing-Token"))
+		w.Header().Set("X-Seen-Key", r.Header.Get("X-Lock-Key"))
+	})
+	s := startCaddy(t, "", fmt.Sprintf(`
+	redlock {
+		%s
+		prefix forge:
+		fencing
+		path /transfer/{from}/{to} account:{from} account:{to}
+	}
+%s`, redisLine(servers), proxyTo(up)))
+	for _, tc := range []struct {
+		path string
+		keys []string // in lock order
+	}{
+		{"/transfer/a/b=99999999999999999,account:c", []string{"account:a", "account:b=99999999999999999,account:c"}},
+		{"/transfer/a=1,b/b%2C%3D", []string{"account:a=1,b", "account:b,="}},
+		{"/transfer/x+1/y%25z%20w", []string{"account:x+1", "account:y%z w"}},
+	} {
+		code, body, hdr := get(t, http.DefaultClient, "PUT", s.url+tc.path, nil)
+		if code != http.StatusOK {
+			t.Errorf("PUT %s: %d %s", tc.path, code, body)
+			continue
+		}
+		if got := hdr.Get("X-Seen-Key"); got != strings.Join(tc.keys, " ") {
+			t.Errorf("PUT %s: locked %q, want %q", tc.path, got, tc.keys)
+		}
+		h := hdr.Get("X-Seen-Token")
+		for _, decode := range []func(string) (string, error){url.PathUnescape, url.QueryUnescape} {
+			keys, tokens := parseFencingPairs(t, h, decode)
+			if !slices.Equal(keys, tc.keys) {
+				t.Errorf("PUT %s: the upstream reads the header %q as keys %q, want exactly %q", tc.path, h, keys, tc.keys)
+			}
+			for _, tok := range tokens {
+				if tok == 99999999999999999 || tok <= 0 {
+					t.Errorf("PUT %s: the upstream reads a token %d from %q", tc.path, tok, h)
+				}
+			}
+		}
+	}
+	noKeysLeft(t, servers, "forge:")
 }
 
 // A transfer whose one account is force-released while the upstream works is aborted;

@@ -45,7 +45,8 @@ func init() {
 // `{http.redlock.param.*}` | each capture of the matching path template, by name
 type Handler struct {
 	// Redis node URLs, one per independent master: redis://[user:pass@]host:port[/db],
-	// rediss://... (TLS), unix://[user:pass@]/path/redis.sock[?db=N] or host:port.
+	// rediss://... (TLS), unix://[user:pass@]/path/redis.sock[?db=N] or host:port (no
+	// credentials without a scheme).
 	// Placeholders such as {env.REDIS_PASS} are expanded at provision. Required.
 	Redis []string `json:"redis,omitempty"`
 	// TLS configures the rediss:// nodes (tls.go). Without it: system roots, each
@@ -56,6 +57,8 @@ type Handler struct {
 	// Key is the key template. Without paths it applies to every request (default
 	// {http.request.uri.path}, the normalized path); with paths it is the key for
 	// requests no path template matches (without it those requests are not locked).
+	// Every placeholder derived from the path ({http.request.uri.path.N}, .dir, .file,
+	// {http.request.uri}, the orig_uri ones, ...) renders from the normalized path.
 	Key string `json:"key,omitempty"`
 	// Keys are several key templates in place of Key: a request holds all of them or
 	// none, taken in sorted order (at most 16). Not together with Key.
@@ -296,9 +299,9 @@ func (h *Handler) resolveNodes(s *settings) error {
 	if len(h.Redis) == 0 {
 		return fmt.Errorf("redis: at least one node URL is required")
 	}
-	for _, u := range h.Redis {
+	for i, u := range h.Redis {
 		if err := checkNodeURL(u); err != nil {
-			return fmt.Errorf("redis: %w", err)
+			return fmt.Errorf("redis: node %d: %w", i+1, err)
 		}
 	}
 	s.urls = append([]string(nil), h.Redis...)

@@ -7,7 +7,9 @@
 //     key template such as "acct:{id}" says which lock they take;
 //   - path normalization (normalize.go): variants of one resource's path map
 //     to a single canonical path, so they cannot take two different locks;
-//   - key bounding (bound.go): keys stay short in Redis yet distinct.
+//   - key bounding (bound.go): keys stay short in Redis yet distinct;
+//   - path placeholders (pathvars.go): Caddy's placeholders derived from the
+//     path, rendered from the normalized path.
 //
 // # Path patterns
 //
@@ -74,6 +76,18 @@
 // Nothing else is changed: no Unicode normalization (NFC and NFD forms of
 // one name differ), no backslash handling, no query string. The function
 // is idempotent.
+//
+// # Path placeholders
+//
+// Caddy renders {http.request.uri.path.N}, .dir, .file, {http.request.uri}
+// and the rest of the "http.request.uri" family, and the original request's
+// "http.request.orig_uri" family, from the raw path, in which one resource
+// has many spellings. [PathPlaceholder] says which path a placeholder name
+// is derived from (none, the request's, the original request's), and
+// refuses a name of those families that Caddy v2.11.9 does not render;
+// [RenderPathPlaceholder] gives what Caddy renders for a request whose path
+// is the normalized one. The query placeholders of both families are not
+// derived from the path: the query string is not normalized.
 //
 // # Key bounding
 //

@@ -93,3 +93,45 @@ func FuzzParseTemplate(f *testing.F) {
 		}
 	})
 }
+
+// FuzzPathPlaceholders: from a normalized path, every path placeholder renders without
+// panicking; segments are whole normalized segments (no "/", never "." or ".."), and
+// dir + file give the path back.
+func FuzzPathPlaceholders(f *testing.F) {
+	for _, s := range []string{"/", "/acme/a.txt", "//x/./y/../z.tar.gz/", "/a%2Fb", "/\u00e9/\u212a", "/.../x"} {
+		f.Add(s, "v=1&w", false)
+		f.Add(s, "", true)
+	}
+	f.Fuzz(func(t *testing.T, raw, q string, fold bool) {
+		p, err := NormalizePath(raw, "", fold)
+		if err != nil {
+			return
+		}
+		for _, fam := range []string{uriFamily, origURIFamily} {
+			for i := range 4 {
+				seg, ok := RenderPathPlaceholder(fam+".path."+strconv.Itoa(i), p, q)
+				if !ok || strings.Contains(seg, "/") || seg == "." || seg == ".." {
+					t.Fatalf("%q: segment %d of %s = %q, %v", p, i, fam, seg, ok)
+				}
+			}
+			dir, _ := RenderPathPlaceholder(fam+".path.dir", p, q)
+			file, _ := RenderPathPlaceholder(fam+".path.file", p, q)
+			if dir+file != p || !strings.HasSuffix(dir, "/") {
+				t.Fatalf("%q: dir %q + file %q", p, dir, file)
+			}
+			if uri, _ := RenderPathPlaceholder(fam, p, q); !strings.HasPrefix(uri, "/") {
+				t.Fatalf("%q: uri %q", p, uri)
+			}
+		}
+		for name := range uriVars {
+			if _, ok := RenderPathPlaceholder(uriFamily+name, p, q); !ok {
+				t.Fatalf("{%s%s} not rendered", uriFamily, name)
+			}
+		}
+		for name := range origURIVars {
+			if _, ok := RenderPathPlaceholder(origURIFamily+name, p, q); !ok {
+				t.Fatalf("{%s%s} not rendered", origURIFamily, name)
+			}
+		}
+	})
+}

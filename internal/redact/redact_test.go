@@ -9,7 +9,9 @@ func TestURL(t *testing.T) {
 		"unix://u:pw@/run/redis.sock":         "unix://xxxxx@/run/redis.sock",
 		"redis://host:6379":                   "redis://host:6379",
 		"host:6379":                           "host:6379",
-		"user@host:6379":                      "user@host:6379",
+		"user@host:6379":                      "xxxxx@host:6379",
+		"default:pw@host:6379":                "xxxxx@host:6379",
+		"redis:/u:pw@host:6379":               "xxxxx@host:6379",
 	} {
 		if got := URL(in); got != want {
 			t.Errorf("URL(%q) = %q, want %q", in, got, want)

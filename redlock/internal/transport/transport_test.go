@@ -351,7 +351,9 @@ func TestParseURL(t *testing.T) {
 			t.Errorf("%s: %q %v, want %q", raw, addr, err, want)
 		}
 	}
-	for _, raw := range []string{"", "rediss://h:1?skip_verify=true", "http://h:1", "unix://", "redis://:secret@/x"} {
+	for _, raw := range []string{"", "rediss://h:1?skip_verify=true", "http://h:1", "unix://", "redis://:secret@/x",
+		// Credentials need a scheme; a bare string that is not host:port is never shown.
+		"default:secret@127.0.0.1:6379", "secret@127.0.0.1:6379", "default:secret", "h:0", "h:+1", "h:65536", "redis:/u:secret@h:1"} {
 		_, err := ParseURL(raw)
 		if err == nil {
 			t.Errorf("%q accepted", raw)

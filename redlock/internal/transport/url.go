@@ -1,6 +1,7 @@
 package transport
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"net/url"
@@ -17,11 +18,11 @@ import (
 //	redis://[user:pass@]host:port[/db]      plain TCP
 //	rediss://[user:pass@]host:port[/db]     TLS (Config.TLS, else system roots)
 //	unix://[user:pass@]/path/redis.sock[?db=N]
-//	host:port                               plain TCP, no auth
+//	host:port                               plain TCP, no auth (credentials need a scheme)
 
 // ParseURL checks a node URL's form without connecting and returns the address shown
 // for the node (never with a password): redis:// or rediss:// with a host, unix:// with
-// a socket path, or bare host:port; a URL's skip_verify is refused (it silently turns
+// a socket path, or bare host:port (without credentials); a URL's skip_verify is refused (it silently turns
 // certificate checks off). The error never shows a password.
 func ParseURL(raw string) (addr string, err error) {
 	_, addr, err = parseURL(raw)
@@ -36,12 +37,7 @@ func parseURL(raw string) (*redis.Options, string, error) {
 		return nil, "", fmt.Errorf("redlock: empty node URL")
 	}
 	if !strings.Contains(raw, "://") {
-		host, port, err := net.SplitHostPort(raw)
-		if err != nil || host == "" || port == "" {
-			return nil, "", fmt.Errorf("redlock: node %q: want redis://host:port, rediss://host:port, unix:///path or host:port", raw)
-		}
-		opt := &redis.Options{Addr: raw}
-		return opt, nodeAddr(opt), nil
+		return parseHostPort(raw)
 	}
 	shown := redact.URL(raw)
 	u, err := url.Parse(raw)
@@ -65,6 +61,31 @@ func parseURL(raw string) (*redis.Options, string, error) {
 		return nil, "", fmt.Errorf("redlock: node URL %q: %s", shown, msg)
 	}
 	return opt, nodeAddr(opt), nil
+}
+
+// parseHostPort reads the bare host:port form: plain TCP, no auth. It carries no
+// credentials: "default:pw@host:6379" or "pw@host:6379" is refused, never turned into an
+// address that shows the password. Its errors never show the string either: one that is
+// not host:port may be a password in the wrong place (a forgotten scheme or host); the
+// caller names the node by its position.
+func parseHostPort(raw string) (*redis.Options, string, error) {
+	if strings.Contains(raw, "@") {
+		return nil, "", errors.New("redlock: node URL without a scheme has credentials (a user or password before \"@\"): " +
+			"write redis://user:password@host:port (rediss:// for TLS); the URL is not shown, as it holds a password")
+	}
+	host, port, err := net.SplitHostPort(raw)
+	if err != nil || host == "" || !validPort(port) {
+		return nil, "", errors.New("redlock: node URL: want redis://host:port, rediss://host:port, unix:///path or host:port " +
+			"(the URL is not shown, as it may hold a password)")
+	}
+	opt := &redis.Options{Addr: raw}
+	return opt, nodeAddr(opt), nil
+}
+
+// validPort reports whether port is a TCP port number, 1 to 65535.
+func validPort(port string) bool {
+	n, err := strconv.Atoi(port)
+	return err == nil && n > 0 && n <= 65535 && port[0] != '+'
 }
 
 // nodeAddr is how a node is shown in logs, errors and the admin API: host:port[/db] or
