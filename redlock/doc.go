@@ -58,7 +58,8 @@
 // Lock order: a goroutine holding one of these mutexes takes only those listed after it,
 // never one before. readGroups.mu, then queues.mu (which also guards every turn), then
 // notifier.mu (a line's release notices); queues.mu and readGroups.mu, then
-// Client.heldMu and Lock.mu (a handoff registers the next lock under queues.mu);
+// Client.heldMu and Lock.mu (a handoff registers the next lock under queues.mu, and so
+// does a reader joining its client's group);
 // renewer.mu, then Lock.mu (the renewer reads a lock's state); Client.shutMu, then
 // heldMu and bgMu. Lock.mu, heldMu, node.mu and round.mu are leaves: nothing is taken
 // under them (a Lock's context is cancelled under Lock.mu, and context.AfterFunc
@@ -297,7 +298,11 @@
 // joiners only for about one round trip after its entry was taken (at most joinWindow)
 // and none while a writer of its client waits, so that a waiting writer (whose mark only
 // Redis sees) waits for the readers inside when it came plus at most that. Joiners share the
-// entry's token. Readers of a client waiting for a writer each go to Redis when woken (a
+// entry's token. A force release of the key by the same client never misses a joiner: the
+// join checks for force releases and registers the joiner in one step under queues.mu,
+// where a force release numbers itself before it lists the holders it marks lost, so the
+// joiner is either refused (it goes to Redis, after the deletes) or listed and marked
+// lost (TestJoiningReaderCannotEscapeAForceRelease). Readers of a client waiting for a writer each go to Redis when woken (a
 // reader joins only as it starts), and during a readers' turn that is where they go in. Readers wait for release notices like the head of a line, and this
 // client wakes its own waiters when it releases (it ignores its own notices from Redis).
 // A writer that will not wait (its last try) leaves no mark.
