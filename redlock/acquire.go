@@ -563,16 +563,14 @@ func acquireReply(i int, nd *node, rep nodeReply) nodeReply {
 	// (OnConnect reads the run_id before sending it): the check before sending passed, so
 	// check again. The reply is then no vote, and as it is not marked answered, the
 	// round's release still goes to this node.
-	// (A node that started less than a quarantine ago is judged with the round's other
-	// replies in: Client.votes.)
-	if now := time.Now(); nd.restarted(now) {
-		return nodeReply{idx: i, err: quarantinedErr{nd.quarantinedUntil(now)}}
-	}
 	// A grant from a node whose marker is gone or changed since this client read it: the
 	// node lost its data (a flush, an eviction) after the last health check. It may have
 	// lost another client's lock too: no vote, and quarantined from now (dataloss.go).
-	if rep.ok && !nd.markerHolds(rep.marker) {
-		return nodeReply{idx: i, err: quarantinedErr{nd.quarantinedUntil(time.Now())}}
+	// Both in one step (grantHolds).
+	// (A node that started less than a quarantine ago is judged with the round's other
+	// replies in: Client.votes.)
+	if until := nd.grantHolds(rep.ok, rep.marker, time.Now()); !until.IsZero() {
+		return nodeReply{idx: i, err: quarantinedErr{until}}
 	}
 	return rep
 }

@@ -27,8 +27,11 @@ import (
 // Between two health checks a loss is seen by the acquires themselves: every grant
 // carries the node's marker as the acquire script read it, in the same atomic call
 // (markerLua), and a grant whose marker is gone or changed since this client's last
-// reading is no vote and quarantines the node at once (markerHolds). So a node flushed a
-// moment ago cannot lend its vote to a new holder of a key it forgot. What it does not
+// reading is no vote and quarantines the node at once (grantHolds). So a node flushed a
+// moment ago cannot lend its vote to a new holder of a key it forgot. The node then
+// votes again only once its marker was read anew (markerDue, voting.go), by a health
+// check: a quarantine shorter than the health interval would otherwise end while no
+// marker is known to check its grants against, and a second loss would pass unseen. What it does not
 // cover: a majority losing data at once (a fresh start; Redlock without persistence
 // cannot survive it), and a client that never read the node's marker (its first
 // sighting judges the node by the marker's age, as by the uptime).
@@ -69,27 +72,37 @@ func parseMarker(reply transport.Reply) (marker, error) {
 	return m, nil
 }
 
-// markerHolds reports whether a grant's reading of the node's marker (m, "" when absent)
-// is the marker this client last read there. When it is not, the node lost its data
-// since (a flush or an eviction that took the marker with it, or a failover): the loss is
-// seen now, and the grant is no vote. A node whose marker this client has not read yet
-// is judged by its health checks (a first sight: its age, youngness).
-func (n *node) markerHolds(m string) bool {
+// grantHolds judges one reply to an acquire against what this client knows of the node,
+// in one step under n.mu: a reply from a node held back for a loss (a restart, a data
+// loss, or a marker due to be read again: lossUntilOf) is no answer at all, and a grant
+// whose reading of the marker (m, "" when absent) is not the marker this client last read
+// there shows a loss seen now: the node lost its data since (a flush or an eviction that
+// took the marker with it, or a failover). It reports the time the node is held back
+// until, zero when the reply stands. One step, so that a health check landing between
+// the two checks cannot let a grant through that either would refuse. A node whose marker
+// this client has not read yet is judged by its health checks (a first sight: its age,
+// youngness).
+func (n *node) grantHolds(granted bool, m string, now time.Time) (heldBack time.Time) {
+	q := n.c.quarantine()
 	n.mu.Lock()
-	known := n.marker
-	if known == "" || m == known {
+	if until := lossUntilOf(n.factsLocked(), q, now); !until.IsZero() {
 		n.mu.Unlock()
-		return true
+		return until
 	}
-	// Forget the old reading: the next health check reads the marker anew (re-created by
-	// then, or by it) as a first sight, without seeing this loss a second time.
-	now := time.Now()
-	n.marker, n.lossSeen, n.lossCause = "", now, QuarantineDataLoss
+	if !granted || n.marker == "" || m == n.marker {
+		n.mu.Unlock()
+		return time.Time{}
+	}
+	// Forget the old reading, and hold the node back until the marker is read again
+	// (markerDue): the next health check reads it anew (re-created by then, or by it) as
+	// a first sight, dated by its age (youngness), without seeing this loss a second
+	// time. Until then no grant of the node can be checked: a second loss would pass.
+	n.marker, n.markerDue, n.lossSeen, n.lossCause = "", true, now, QuarantineDataLoss
 	n.mu.Unlock()
-	until := now.Add(n.c.quarantine())
-	n.c.opt.Logger.Warn("redis node may have lost its keys; it will not vote until its quarantine ends",
+	until := now.Add(q)
+	n.c.opt.Logger.Warn("redis node may have lost its keys; it will not vote until its quarantine ends and its data marker is read again",
 		slog.String("node", n.addr), slog.String("cause", string(QuarantineDataLoss)),
 		slog.String("seen", "acquire"), slog.Time("quarantined_until", until))
 	n.reportQuarantine(until, QuarantineDataLoss)
-	return false
+	return until
 }

@@ -196,9 +196,28 @@
 // TestFlushedNodeDoesNotVote). Between two health checks the acquires see it themselves:
 // each grant carries x's marker as the acquire script read it, in the same atomic call,
 // and a grant with the marker gone or changed since B's last reading is no vote and
-// quarantines x at once (markerHolds; TestFlushWindowTwoHolders). A grant by x after
-// the loss is therefore never counted by a client that read x's marker before it. Run
-// nodes with maxmemory-policy noeviction, and with AOF where you can.
+// quarantines x at once (grantHolds; TestFlushWindowTwoHolders). A grant by x after
+// the loss is therefore never counted by a client that read x's marker before it.
+//
+// Having seen the loss in a grant, B forgets x's marker (the next reading is a first
+// sight, dated by its age) and has none to check x's grants against until it reads the
+// marker again. So x does not vote until then, even past the quarantine (markerDue,
+// voting.go): with max_ttl + drift shorter than the health interval the quarantine would
+// end first, and a second loss of x in that window would go unseen
+// (TestSecondFlushBeforeTheMarkerIsReadAgain). The reading then dates x's data by the
+// marker's age: it was re-created after the loss, so x is young until a quarantine after
+// that, and everything x lost had lapsed by then (a lock lost at t was granted before t
+// with a ttl within the bound).
+//
+// A grant is judged in one step under the node's lock (grantHolds): the hold-back of a
+// loss already seen and the marker check. In two steps, a health check seeing the loss
+// between them would adopt the new marker after the first step had passed, and the
+// second would then pass too. That grant would still have been safe (the same health
+// check dates x's data by the new marker: young, and Client.votes refuses the grant, or
+// older than a quarantine, and everything x lost has lapsed), but only by the young rule,
+// which a fresh start lifts; one step needs no such argument.
+//
+// Run nodes with maxmemory-policy noeviction, and with AOF where you can.
 //
 // # Waiting
 //

@@ -32,6 +32,7 @@ type node struct {
 	lossSeen    time.Time       // when this client saw the node lose its keys (monotonic reading; voting.go)
 	lossCause   QuarantineCause // QuarantineRestart or QuarantineDataLoss
 	marker      string          // the node's data marker as last read (dataloss.go)
+	markerDue   bool            // a grant saw the marker gone or changed; not read since (voting.go)
 	evicted     int64           // INFO's evicted_keys as last read, -1 before
 	youngWarned bool            // warnYoung logged
 }
@@ -180,7 +181,7 @@ func (n *node) observe(info string, ann transport.Reply) {
 		n.evicted = evicted
 	}
 	if mErr == nil {
-		n.marker = m.value
+		n.marker, n.markerDue = m.value, false
 	}
 	var until time.Time
 	if cause != "" {

@@ -181,6 +181,8 @@ func TestQuarantineOf(t *testing.T) {
 			[]nodeFacts{old, old}, now.Add(9 * time.Second), QuarantineDataLoss},
 		{"loss seen a quarantine ago", nodeFacts{lossSeen: ago(q), lossCause: QuarantineDataLoss, startedAt: ago(time.Hour)},
 			[]nodeFacts{old, old}, time.Time{}, ""},
+		{"loss seen a quarantine ago, marker not read since", nodeFacts{lossSeen: ago(q), lossCause: QuarantineDataLoss, markerDue: true,
+			startedAt: ago(time.Hour)}, []nodeFacts{old, old}, now, QuarantineDataLoss},
 		{"young alone", nodeFacts{startedAt: ago(2 * time.Second)}, []nodeFacts{old, old}, now.Add(8 * time.Second), QuarantineYoung},
 		{"young with another (fresh start)", nodeFacts{startedAt: ago(2 * time.Second)},
 			[]nodeFacts{{startedAt: ago(3 * time.Second)}, old}, time.Time{}, ""},
@@ -195,5 +197,77 @@ func TestQuarantineOf(t *testing.T) {
 		if !until.Equal(tc.until) || cause != tc.cause {
 			t.Errorf("%s: %v %q, want %v %q", tc.name, until, cause, tc.until, tc.cause)
 		}
+	}
+}
+
+// A second data loss inside the marker's re-read window: B's grant saw node 1's marker
+// gone (a first FLUSHALL) and quarantined it, but with max_ttl + drift shorter than the
+// health interval (400ms here; B's health checks are a minute apart, so none re-reads the
+// marker) the quarantine ends before B reads the marker again. Node 1 then grants A the
+// key, loses it in a second FLUSHALL, and grants it to B: B must not count that grant (it
+// has no marker to check it against) until it has read the marker again.
+func TestSecondFlushBeforeTheMarkerIsReadAgain(t *testing.T) {
+	ctx := context.Background()
+	servers := redistest.StartN(t, 3)
+	raw := func(s *redistest.Server) *redis.Client {
+		rc := redis.NewClient(&redis.Options{Addr: s.Addr()})
+		t.Cleanup(func() { rc.Close() })
+		return rc
+	}
+	node1, node3 := raw(servers[0]), raw(servers[2])
+	opt := fastOptions()
+	opt.TTL, opt.MaxTTL = 400*time.Millisecond, 400*time.Millisecond
+	bOpt := opt
+	bOpt.HealthInterval = time.Minute // no health check re-reads the marker during the test
+	b := newTestClient(t, servers, bOpt)
+	waitMarkers(t, b)
+	// The permission probe's subscription is a new connection, whose hello would read
+	// the marker again: let it pass first (B opens no other connection meanwhile).
+	waitUsable(t, b)
+
+	// The first loss, seen by B's grant.
+	if err := node1.FlushAll(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	probe, err := b.Acquire(ctx, "probe", AcquireOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = probe.Release(ctx)
+	st := b.Status().Nodes[0]
+	if st.QuarantineCause != QuarantineDataLoss || st.Votes {
+		t.Fatalf("node 1 after B's grant without its marker: cause %q, votes %v; want data_loss, not voting", st.QuarantineCause, st.Votes)
+	}
+	// A (a new client: its hello re-creates node 1's marker) waits until node 1 votes for
+	// it, and B's quarantine of node 1 runs out meanwhile.
+	a := newTestClient(t, servers, opt)
+	eventually(t, "node 1 votes for A, and B's quarantine of it ran out", func() bool {
+		return a.Status().Nodes[0].Votes && time.Now().After(st.QuarantinedUntil)
+	})
+	// A holds k on nodes 1 and 2 (a stray value holds node 3 when A asks, then goes).
+	if err := node3.Set(ctx, defaultPrefix+"k", "stray", 10*time.Second).Err(); err != nil {
+		t.Fatal(err)
+	}
+	held, err := a.Acquire(ctx, "k", AcquireOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Release(ctx)
+	if err := node3.Del(ctx, defaultPrefix+"k").Err(); err != nil {
+		t.Fatal(err)
+	}
+	// The second loss.
+	if err := node1.FlushAll(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if l, err := b.Acquire(ctx, "k", AcquireOptions{}); err == nil {
+		defer l.Release(ctx)
+		if held.Info().Validity > 0 {
+			t.Fatalf("TWO HOLDERS: B took the key on node 1 (flushed twice, its marker not read since the first) and node 3 while A still trusts it (validity %v)",
+				held.Info().Validity)
+		}
+	}
+	if st := b.Status().Nodes[0]; st.Votes {
+		t.Fatalf("node 1 votes for B before B read its marker again (cause %q)", st.QuarantineCause)
 	}
 }
