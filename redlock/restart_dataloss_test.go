@@ -40,6 +40,7 @@ func newFlushScenario(t *testing.T, opt Options) *flushScenario {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { held.Release(ctx) })
+	<-held.settled // A's SET on node 3 was refused there, not still on its way
 	fs.held, fs.flushed = held, time.Now()
 	if err := raw(servers[0]).FlushAll(ctx).Err(); err != nil {
 		t.Fatal(err)
@@ -239,10 +240,12 @@ func TestSecondFlushBeforeTheMarkerIsReadAgain(t *testing.T) {
 		t.Fatalf("node 1 after B's grant without its marker: cause %q, votes %v; want data_loss, not voting", st.QuarantineCause, st.Votes)
 	}
 	// A (a new client: its hello re-creates node 1's marker) waits until node 1 votes for
-	// it, and B's quarantine of node 1 runs out meanwhile.
+	// it (its marker older than a quarantine: not on a fresh start, which ends as the
+	// other nodes' markers age), and B's quarantine of node 1 runs out meanwhile.
 	a := newTestClient(t, servers, opt)
 	eventually(t, "node 1 votes for A, and B's quarantine of it ran out", func() bool {
-		return a.Status().Nodes[0].Votes && time.Now().After(st.QuarantinedUntil)
+		now := time.Now()
+		return a.Status().Nodes[0].Votes && a.nodes[0].youngUntil(now).IsZero() && now.After(st.QuarantinedUntil)
 	})
 	// A holds k on nodes 1 and 2 (a stray value holds node 3 when A asks, then goes).
 	if err := node3.Set(ctx, defaultPrefix+"k", "stray", 10*time.Second).Err(); err != nil {
@@ -253,6 +256,7 @@ func TestSecondFlushBeforeTheMarkerIsReadAgain(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer held.Release(ctx)
+	<-held.settled // A's SET on node 3 was refused there, not still on its way
 	if err := node3.Del(ctx, defaultPrefix+"k").Err(); err != nil {
 		t.Fatal(err)
 	}
