@@ -366,6 +366,7 @@ type nodeReply struct {
 	token    int64
 	reserved bool   // with fencing: the node keeps token + the handoff reserve
 	marker   string // a grant's reading of the node's data marker ("" when it has none)
+	evicted  int64  // a grant's reading of the node's eviction count, -1 when not read
 	pttl     time.Duration
 	err      error
 }
@@ -459,12 +460,15 @@ func (c *Client) sendRound(ctx context.Context, nm names, a try, start time.Time
 		script, keys = readAcquireScript, []string{nm.lock, nm.counter, nm.writer, nm.readers, nm.turn, c.markerKey()}
 	}
 	argv := []any{value, a.ttl.Milliseconds(), a.owner, boolArg(a.fencing), c.counterTTL().Milliseconds(), a.n,
-		a.mark.Milliseconds()}
+		a.mark.Milliseconds(), "0"}
 	if a.fencing {
 		argv = append(argv, c.proposeToken(start), c.tokenLead().Microseconds(), c.handoffReserve(nm))
 	}
 	parse := scriptReply
 	cmd := transport.NewCommand(script, keys, argv...)
+	// Nodes that may evict also report their eviction count with a grant (evictionsLua):
+	// the same command but for ARGV[8], made only when such a node is asked.
+	var evCmd *transport.Command
 	for i, nd := range c.nodes {
 		// A node that restarted under our eyes gets nothing until its quarantine ends. A
 		// young one still gets the SET: whether its vote counts is decided with the
@@ -473,10 +477,22 @@ func (c *Client) sendRound(ctx context.Context, nm names, a try, start time.Time
 			rd.add(nodeReply{idx: i, err: quarantinedErr{nd.quarantinedUntil(start)}})
 			continue
 		}
+		ncmd, evict := cmd, nd.canEvict.Load()
+		if evict {
+			if evCmd == nil {
+				evArgv := append([]any(nil), argv...)
+				evArgv[7] = "1"
+				evCmd = transport.NewCommand(script, keys, evArgv...)
+			}
+			ncmd = evCmd
+		}
 		t0 := time.Now()
-		nd.tr.Call(ctx, cmd, func(r transport.Reply) {
+		nd.tr.Call(ctx, ncmd, func(r transport.Reply) {
 			rep := parse(r)
 			nd.record("acquire", time.Since(t0), rep.err)
+			if evict && rep.ok && rep.evicted < 0 {
+				nd.warnNoEvictions()
+			}
 			rd.add(acquireReply(i, nd, rep))
 		})
 	}
@@ -563,41 +579,41 @@ func acquireReply(i int, nd *node, rep nodeReply) nodeReply {
 	// (OnConnect reads the run_id before sending it): the check before sending passed, so
 	// check again. The reply is then no vote, and as it is not marked answered, the
 	// round's release still goes to this node.
-	// A grant from a node whose marker is gone or changed since this client read it: the
-	// node lost its data (a flush, an eviction) after the last health check. It may have
-	// lost another client's lock too: no vote, and quarantined from now (dataloss.go).
-	// Both in one step (grantHolds).
+	// A grant from a node whose marker is gone or changed since this client read it, or
+	// whose eviction count moved: the node lost data (a flush, an eviction) after the
+	// last health check. It may have lost another client's lock too: no vote, and
+	// quarantined from now (dataloss.go). All in one step (grantHolds).
 	// (A node that started less than a quarantine ago is judged with the round's other
 	// replies in: Client.votes.)
-	if until := nd.grantHolds(rep.ok, rep.marker, time.Now()); !until.IsZero() {
+	if until := nd.grantHolds(rep, time.Now()); !until.IsZero() {
 		return nodeReply{idx: i, err: quarantinedErr{until}}
 	}
 	return rep
 }
 
-// scriptReply reads the acquire script's answer: {1, token, reserved, marker} or
-// {0, PTTL}.
+// scriptReply reads the acquire script's answer: {1, token, reserved, marker, evicted}
+// or {0, PTTL}.
 func scriptReply(reply transport.Reply) nodeReply {
 	r, err := reply.Slice()
-	var rep nodeReply
+	rep := nodeReply{evicted: -1}
 	if err != nil {
 		rep.err = err
 		return rep
 	}
-	ints := make([]int64, 0, 3)
+	ints := make([]int64, 0, 4)
 	for _, v := range r {
 		if n, ok := v.(int64); ok {
 			ints = append(ints, n)
 		}
 	}
 	switch {
-	case len(r) == 4 && len(ints) == 3 && ints[0] == 1:
+	case len(r) == 5 && len(ints) == 4 && ints[0] == 1:
 		m, ok := r[3].(string)
 		if !ok {
 			rep.err = fmt.Errorf("unexpected acquire reply %v", r)
 			break
 		}
-		rep.ok, rep.token, rep.reserved, rep.marker = true, ints[1], ints[2] == 1, m
+		rep.ok, rep.token, rep.reserved, rep.marker, rep.evicted = true, ints[1], ints[2] == 1, m, ints[3]
 	case len(r) == 2 && len(ints) == 2 && ints[0] == 0:
 		rep.busy, rep.pttl = true, time.Duration(ints[1])*time.Millisecond
 	default:

@@ -187,7 +187,7 @@
 // clock when it was written, created by the first announce that finds none and kept
 // alive by every announce of every client. A loss that takes the marker with it shows
 // as a marker gone (re-created with another value) or changed at B's next reading; an
-// eviction may spare the marker, but INFO's evicted_keys then grows. Either is a loss
+// eviction may spare the marker, but INFO's evicted_keys then moves. Either is a loss
 // seen (QuarantineDataLoss): x does not vote for the quarantine after B saw it, exactly as
 // after a restart, and is not even asked meanwhile. A client meeting x for the first
 // time takes the marker's age as it takes the uptime: data begun less than a quarantine
@@ -208,6 +208,32 @@
 // marker's age: it was re-created after the loss, so x is young until a quarantine after
 // that, and everything x lost had lapsed by then (a lock lost at t was granted before t
 // with a ttl within the bound).
+//
+// Evictions between two health checks. Under memory pressure a node with an evicting
+// maxmemory-policy (volatile-ttl, -lru, -lfu, allkeys-*) takes lock keys before the
+// marker (lock keys expire sooner, and every health check touches the marker), so the
+// marker check alone would let x, having evicted A's lock, grant the key to B until B's
+// next health check. So a grant from a node that may evict (a maxmemory limit and a
+// policy other than noeviction, as the last INFO read them: node.canEvict) also carries
+// x's eviction count, read in the same atomic call (evictionsLua: Redis evicts before a
+// command runs, never inside a script, so the count covers every eviction before the
+// grant), and a count other than B's last reading of it is a loss seen: no vote, and x
+// quarantined from now (grantHolds; TestEvictionSparingTheMarkerDoesNotLendAVote).
+// Claim: a grant by x after an eviction is not counted by a client that read x's count
+// before the eviction. B's last reading r before the grant either preceded the eviction
+// (the grant's count differs from r: no vote) or followed it; then the eviction fell
+// between r and the reading before it, so r itself differed and quarantined x from r on,
+// after the eviction: every lock the eviction took lapsed before that quarantine ended.
+// The count only grows while x runs, and a reset (a restart, CONFIG RESETSTAT) is a
+// change too, so two readings that agree saw no eviction between them. A client's first
+// reading cannot date the evictions it counts: a node that may evict and has evicted is
+// held back a quarantine from the first sight (observe). The count costs the node INFO's
+// stats section per grant (docs/performance.md), which is why nodes that cannot evict are
+// not asked. Not covered: a node switched at runtime (CONFIG SET) to a policy that may
+// evict is judged by its old one until the next health check reads the new one, so an
+// eviction within that health interval is seen only then; and a node whose scripts cannot
+// read the count (INFO refused inside scripts, no evicted_keys) is judged by its health
+// checks alone (logged once: warnNoEvictions).
 //
 // A grant is judged in one step under the node's lock (grantHolds): the hold-back of a
 // loss already seen and the marker check. In two steps, a health check seeing the loss

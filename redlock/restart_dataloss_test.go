@@ -3,6 +3,7 @@ package redlock
 import (
 	"context"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -121,6 +122,13 @@ func TestObserveSeesDataLoss(t *testing.T) {
 		}
 		return s
 	}
+	// lru and noLimit: a node that may evict, and one without a memory limit.
+	lru := func(evicted int) string {
+		return info("r1", evicted) + "maxmemory:1048576\r\nmaxmemory_policy:allkeys-lru\r\n"
+	}
+	noLimit := func(evicted int) string {
+		return info("r1", evicted) + "maxmemory:0\r\nmaxmemory_policy:allkeys-lru\r\n"
+	}
 	cases := []struct {
 		name       string
 		first      string
@@ -135,6 +143,11 @@ func TestObserveSeesDataLoss(t *testing.T) {
 		{"eviction", info("r1", 3), "m1:1", info("r1", 4), "m1:1", QuarantineDataLoss},
 		{"no run_id, restarted empty", info("", 0), "m1:1", info("", 0), "m2:9", QuarantineDataLoss},
 		{"no run_id, nothing changed", info("", 0), "m1:1", info("", 0), "m1:1", ""},
+		{"eviction by a node that could not evict at the last reading", noLimit(3), "m1:1", noLimit(4), "m1:1", QuarantineDataLoss},
+		{"eviction count reset (CONFIG RESETSTAT)", noLimit(4), "m1:1", noLimit(0), "m1:1", QuarantineDataLoss},
+		{"first sight of a node that may evict and has evicted", lru(5), "m1:1", lru(5), "m1:1", QuarantineDataLoss},
+		{"first sight of a node that has evicted but may not now", noLimit(5), "m1:1", noLimit(5), "m1:1", ""},
+		{"a node that may evict and has not", lru(0), "m1:1", lru(0), "m1:1", ""},
 	}
 	for _, tc := range cases {
 		n := &node{addr: "test", c: c, evicted: -1}                         // not one of c's nodes
@@ -148,6 +161,21 @@ func TestObserveSeesDataLoss(t *testing.T) {
 }
 
 func itoa(i int) string { return strconv.Itoa(i) }
+
+// Which INFO replies say a node may evict (its grants then carry its eviction count).
+func TestMayEvict(t *testing.T) {
+	for info, want := range map[string]bool{
+		"maxmemory:0\r\nmaxmemory_policy:allkeys-lru\r\n":        false, // no limit: nothing to evict for
+		"maxmemory:1048576\r\nmaxmemory_policy:noeviction\r\n":   false,
+		"maxmemory:1048576\r\nmaxmemory_policy:volatile-ttl\r\n": true,
+		"maxmemory:1048576\r\nmaxmemory_policy:allkeys-lfu\r\n":  true,
+		"run_id:x\r\n": true, // no such fields (a proxy, another server): it may
+	} {
+		if got := mayEvict(info); got != want {
+			t.Errorf("mayEvict(%q) = %v, want %v", info, got, want)
+		}
+	}
+}
 
 // A node met for the first time whose marker is younger than a quarantine (its data was
 // lost just before this client started) is young, as a node with a short uptime is.
@@ -273,5 +301,102 @@ func TestSecondFlushBeforeTheMarkerIsReadAgain(t *testing.T) {
 	}
 	if st := b.Status().Nodes[0]; st.Votes {
 		t.Fatalf("node 1 votes for B before B read its marker again (cause %q)", st.QuarantineCause)
+	}
+}
+
+// evictLocks makes s evict its keys with the shortest ttl (lock keys) under memory
+// pressure while sparing the data marker: s runs maxmemory-policy volatile-ttl, sampling
+// every volatile key. Decoys that expire after the locks but long before the marker (an
+// hour) absorb the rest of the eviction; maxmemory drops below the memory in use for one
+// moment, then goes back. It returns s's evicted_keys after.
+func evictLocks(t *testing.T, s *redistest.Server) int64 {
+	t.Helper()
+	ctx := context.Background()
+	rc := redis.NewClient(&redis.Options{Addr: s.Addr()})
+	defer rc.Close()
+	pad := strings.Repeat("x", 16<<10)
+	for i := range 20 {
+		if err := rc.Set(ctx, "decoy:"+strconv.Itoa(i), pad, 30*time.Minute).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mem, err := rc.Info(ctx, "memory").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	used, err := strconv.ParseInt(parseInfoField(mem, "used_memory"), 10, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Setting maxmemory evicts at once, until the memory in use is below it.
+	if err := rc.ConfigSet(ctx, "maxmemory", strconv.FormatInt(used-(64<<10), 10)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := rc.ConfigSet(ctx, "maxmemory", "64mb").Err(); err != nil {
+		t.Fatal(err)
+	}
+	stats, err := rc.Info(ctx, "stats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, _ := strconv.ParseInt(parseInfoField(stats, "evicted_keys"), 10, 64)
+	return n
+}
+
+// An eviction that spares the data marker: A holds k on nodes 1 and 2 (a stray value
+// held node 3 when A asked), node 2 evicts k under memory pressure (volatile-ttl picks
+// the lock before the marker, which lives an hour), and B asks before any health check
+// of its reads INFO again (a minute apart here). Node 2's marker is unchanged, so its
+// grant passes the marker check; but node 2 may evict, so the grant carries its eviction
+// count, which moved since B read it: no vote, and B does not get the key.
+func TestEvictionSparingTheMarkerDoesNotLendAVote(t *testing.T) {
+	ctx := context.Background()
+	plain := redistest.StartN(t, 2)
+	evicting := redistest.StartN(t, 1, redistest.Options{Args: []string{"--maxmemory", "64mb",
+		"--maxmemory-policy", "volatile-ttl", "--maxmemory-samples", "64"}})[0]
+	servers := []*redistest.Server{plain[0], evicting, plain[1]}
+	bOpt := fastOptions()
+	bOpt.HealthInterval = time.Minute // the eviction falls between two health checks
+	b := newTestClient(t, servers, bOpt)
+	waitMarkers(t, b)
+	waitUsable(t, b) // the probe's new connection reads INFO too: let it pass first
+	if !b.nodes[1].canEvict.Load() || b.nodes[0].canEvict.Load() {
+		t.Fatalf("canEvict: node 1 %v, node 2 %v; want false, true", b.nodes[0].canEvict.Load(), b.nodes[1].canEvict.Load())
+	}
+	a := newTestClient(t, servers, fastOptions())
+	waitMarkers(t, a)
+	node3 := redis.NewClient(&redis.Options{Addr: servers[2].Addr()})
+	defer node3.Close()
+	if err := node3.Set(ctx, defaultPrefix+"k", "stray", 10*time.Second).Err(); err != nil {
+		t.Fatal(err)
+	}
+	held, err := a.Acquire(ctx, "k", AcquireOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Release(ctx)
+	<-held.settled // A's SET on node 3 was refused there, not still on its way
+	if err := node3.Del(ctx, defaultPrefix+"k").Err(); err != nil {
+		t.Fatal(err)
+	}
+	marker, _ := rawGet(t, evicting, markerName)
+	if evicted := evictLocks(t, evicting); evicted == 0 {
+		t.Fatal("node 2 evicted nothing")
+	}
+	if _, ok := rawGet(t, evicting, "k"); ok {
+		t.Fatal("node 2 still holds k: the eviction spared it")
+	}
+	if m, ok := rawGet(t, evicting, markerName); !ok || m != marker {
+		t.Fatalf("node 2's marker went with the eviction (present %v): the scenario is the marker's case", ok)
+	}
+	if l, err := b.Acquire(ctx, "k", AcquireOptions{}); err == nil {
+		defer l.Release(ctx)
+		if held.Info().Validity > 0 {
+			t.Fatalf("TWO HOLDERS: B took the key on node 2 (which evicted it, its marker spared) and node 3 while A still trusts it (validity %v)",
+				held.Info().Validity)
+		}
+	}
+	if st := b.Status().Nodes[1]; st.QuarantineCause != QuarantineDataLoss || st.Votes {
+		t.Fatalf("node 2 after B's grant with its eviction count grown: cause %q, votes %v; want data_loss, not voting", st.QuarantineCause, st.Votes)
 	}
 }

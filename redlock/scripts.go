@@ -15,9 +15,10 @@ import "github.com/caddy-redlock/caddy-redlock/redlock/internal/transport"
 // KEYS[4] the node's data marker (read for the reply).
 // ARGV[1] value, ARGV[2] ttl ms, ARGV[3] owner prefix, ARGV[4] "1" for fencing, ARGV[5]
 // counter ttl ms, ARGV[6] this attempt's number (the value is owner prefix .. attempt),
-// ARGV[7] how long a writer-waiting mark lives, ms (0: none, the writer will not wait); with fencing ARGV[8] the proposed
-// token, ARGV[9] how far from the node's clock it may be (µs, either side), ARGV[10] the
-// handoff reserve.
+// ARGV[7] how long a writer-waiting mark lives, ms (0: none, the writer will not wait),
+// ARGV[8] "1" to read the node's eviction count for the reply (evictionsLua; absent
+// means "0"); with fencing ARGV[9] the proposed token, ARGV[10] how far from the node's
+// clock it may be (µs, either side), ARGV[11] the handoff reserve.
 // The key is taken when absent or when it holds the value of an EARLIER attempt of the
 // same Acquire call (a reply was lost or a round failed), so a retry is never blocked by
 // its own leftovers, while a late release of that earlier attempt (which compares the
@@ -26,7 +27,8 @@ import "github.com/caddy-redlock/caddy-redlock/redlock/internal/transport"
 // replace the value a later, granted round holds, and that earlier round's cleanup would
 // then delete it, freeing the node under the holder. Busy returns {0, PTTL}. A free key
 // is taken with SET NX first (one call: the usual case); only a taken one is read. Every
-// grant also returns the node's data marker (markerLua, dataloss.go).
+// grant also returns the node's data marker (markerLua, dataloss.go) and, from a node
+// that may evict, its eviction count (evictionsLua).
 //
 // A key of another type under the lock's name (another client's lock, e.g. Redisson's
 // hash) makes GET fail with WRONGTYPE: pcall turns that into "held by someone else", as
@@ -49,7 +51,7 @@ import "github.com/caddy-redlock/caddy-redlock/redlock/internal/transport"
 // loses the one-round fast path.
 // The counter then keeps token + reserve, the reserve only while the token is within the
 // lead of the clock, so that counters never run further ahead. Grants return
-// {1, token, 1 if reserved}; busy {0, PTTL}.
+// {1, token, 1 if reserved, marker, eviction count or -1}; busy {0, PTTL}.
 var acquireScript = newScript(`
 if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   local cur = redis.pcall('GET', KEYS[1])
@@ -70,7 +72,8 @@ if ARGV[6] ~= '1' and redis.pcall('GET', KEYS[3]) == ARGV[3] then
 end
 ` + fencingLua + `
 ` + markerLua + `
-return {1, token, reserved, m}
+` + evictionsLua + `
+return {1, token, reserved, m, ev}
 `)
 
 // markerLua reads the node's data marker (the last key, dataloss.go) into m, "" when it
@@ -79,18 +82,36 @@ const markerLua = `
 local m = redis.pcall('GET', KEYS[#KEYS])
 if type(m) ~= 'string' then m = '' end`
 
+// evictionsLua reads the node's eviction count (INFO's evicted_keys) into ev for a
+// grant's reply when ARGV[8] is "1", else -1 (and -1 when INFO is refused or has no such
+// field). The client asks it of nodes whose maxmemory-policy can evict (node.canEvict):
+// an eviction there may take a lock and spare the marker, and a grant from a node that
+// evicted since this client's last reading is no vote (grantHolds). Evictions happen
+// before a command runs, never inside a script, so the count read here covers every
+// eviction before this grant. It costs INFO's stats section (about 5µs of the node's CPU
+// per grant, docs/performance.md), so nodes that cannot evict are not asked.
+const evictionsLua = `
+local ev = -1
+if ARGV[8] == '1' then
+  local info = redis.pcall('INFO', 'stats')
+  if type(info) == 'string' then
+    local at = string.find(info, 'evicted_keys:', 1, true)
+    if at then ev = tonumber(string.match(info, '^%d+', at + 13)) or -1 end
+  end
+end`
+
 // fencingLua draws the token of a grant (acquireScript and readAcquireScript; see there):
-// ARGV[4] "1" for fencing, ARGV[5] counter ttl ms, ARGV[8] the proposal, ARGV[9] the
-// lead, ARGV[10] the handoff reserve; KEYS[2] the counter. It sets token and reserved.
+// ARGV[4] "1" for fencing, ARGV[5] counter ttl ms, ARGV[9] the proposal, ARGV[10] the
+// lead, ARGV[11] the handoff reserve; KEYS[2] the counter. It sets token and reserved.
 const fencingLua = `
 local token, reserved = 0, 0
 if ARGV[4] == '1' then
   local t = redis.call('TIME')
   local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-  local lead = tonumber(ARGV[9])
+  local lead = tonumber(ARGV[10])
   local cv = redis.pcall('GET', KEYS[2])
   local floor = ((type(cv) == 'string' and tonumber(cv)) or 0) + 1
-  local p = tonumber(ARGV[8])
+  local p = tonumber(ARGV[9])
   if p >= floor and p >= now - lead and p <= now + lead then
     token = p
   else
@@ -98,7 +119,7 @@ if ARGV[4] == '1' then
   end
   local stored = token
   if token <= now + lead then
-    stored = token + tonumber(ARGV[10])
+    stored = token + tonumber(ARGV[11])
     reserved = 1
   end
   redis.call('SET', KEYS[2], string.format('%.0f', stored), 'PX', ARGV[5])
@@ -144,7 +165,8 @@ redis.call('ZADD', KEYS[4], ms + tonumber(ARGV[2]), ARGV[1])
 ` + readersExpiryLua + `
 ` + fencingLua + `
 ` + markerLua + `
-return {1, token, reserved, m}
+` + evictionsLua + `
+return {1, token, reserved, m, ev}
 `)
 
 // readersExpiryLua gives the lock name (KEYS[1]) and the readers' set (KEYS[4]) the
@@ -346,8 +368,8 @@ func newScript(src string) *transport.Script { return transport.NewScript(src) }
 // releases are cleanups: behind a call refused with NOSCRIPT they run again after it
 // (transport's batcher), so a release never stays ahead of the SET it cleans up.
 var scripts = transport.NewScripts(
-	acquireScript.About("acquire", "GET", "PTTL", "SET", "DEL", "TIME"),
-	readAcquireScript.About("shared acquire", "GET", "PTTL", "SET", "DEL", "TIME", "ZREMRANGEBYSCORE", "ZADD", "ZRANGE", "PEXPIRE"),
+	acquireScript.About("acquire", "GET", "PTTL", "SET", "DEL", "TIME", "INFO"),
+	readAcquireScript.About("shared acquire", "GET", "PTTL", "SET", "DEL", "TIME", "ZREMRANGEBYSCORE", "ZADD", "ZRANGE", "PEXPIRE", "INFO"),
 	readReleaseScript.About("shared release", "GET", "SET", "DEL", "TIME", "ZREM", "ZREMRANGEBYSCORE", "ZRANGE", "PEXPIRE", "PUBLISH").AsCleanup(),
 	commitScript.About("fencing commit", "GET", "SET", "PEXPIRE", "ZSCORE", "TIME"),
 	extendScript.About("renewal", "GET", "PEXPIRE", "PTTL", "TIME", "ZSCORE", "ZADD"),
