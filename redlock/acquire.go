@@ -452,12 +452,13 @@ func (c *Client) tryOnce(ctx context.Context, nm names, a try) attemptResult {
 func (c *Client) sendRound(ctx context.Context, nm names, a try, start time.Time) *round {
 	rd := newRound(c)
 	value := a.value()
-	// The node's data marker comes back with every grant (the last key): a grant from a
+	// The node's data marker comes back with every grant (the key before the last, the
+	// node's bound being the last: fencingLua reads it for counter expiries): a grant from a
 	// node that lost its data since this client last read the marker is no vote
 	// (acquireReply, dataloss.go).
-	script, keys := acquireScript, []string{nm.lock, nm.counter, nm.writer, c.markerKey()}
+	script, keys := acquireScript, []string{nm.lock, nm.counter, nm.writer, c.markerKey(), c.boundKey()}
 	if nm.shared {
-		script, keys = readAcquireScript, []string{nm.lock, nm.counter, nm.writer, nm.readers, nm.turn, c.markerKey()}
+		script, keys = readAcquireScript, []string{nm.lock, nm.counter, nm.writer, nm.readers, nm.turn, c.markerKey(), c.boundKey()}
 	}
 	argv := []any{value, a.ttl.Milliseconds(), a.owner, boolArg(a.fencing), c.counterTTL().Milliseconds(), a.n,
 		a.mark.Milliseconds(), "0"}
@@ -627,7 +628,7 @@ func scriptReply(reply transport.Reply) nodeReply {
 func (c *Client) commitToken(ctx context.Context, nm names, value string, token int64) error {
 	argv := []any{value, token, c.counterTTL().Milliseconds(), boolArg(nm.shared)}
 	ok, _, errs := c.onAll(ctx, "commit", c.quorum, func(cctx context.Context, _ int, nd *node) (bool, error) {
-		r, err := commitScript.Run(cctx, nd.tr, []string{nm.lock, nm.counter, nm.readers}, argv...).Int64()
+		r, err := commitScript.Run(cctx, nd.tr, []string{nm.lock, nm.counter, nm.readers, c.boundKey()}, argv...).Int64()
 		return r == 1, err
 	})
 	if ok < c.quorum {

@@ -135,9 +135,11 @@
 // tokens already issued. The condition docs/safety.md states: node clocks differ by less
 // than the quarantine minus 2 x lead + K.
 //
-// Counter expiry: every script that writes a counter gives it an expiry E = 2 x the
-// writing client's quarantine (counterTTL: about 2 x max_ttl), so a node keeps counters
-// only for keys used in the last E, never an hour of unique keys. Why E is long enough:
+// Counter expiry: every script that writes a counter gives it an expiry E, the longer of
+// 2 x the writing client's quarantine (counterTTL: about 2 x max_ttl) and 2 x the bound
+// the node keeps (the longest max_ttl announced to it, read in the same script:
+// counterTTLLua), so a node keeps counters only for keys used in the last E, never an
+// hour of unique keys. Why E is long enough:
 // let x be the shared node of the argument above, s the time (x's clock) of the last
 // write of counter_x, which came at or after counter_x reached a. Redis expires the
 // counter when x's clock reads s + E (it stores the expiry as a time of its own clock,
@@ -152,8 +154,23 @@
 // already implies, with a whole quarantine to spare: the expiry never is the weaker
 // guard. A lock held longer than E (renewals do not touch the counter) changes nothing:
 // B's grant still follows A's release, and s still follows a. Restarts and clock steps
-// of x are covered as for the restart case; clients with different max_ttl write
-// different E, each long enough by its own quarantine (docs/safety.md asks for one max_ttl).
+// of x are covered as for the restart case.
+//
+// Clients with different max_ttl: the condition's quarantine and lead are those of the
+// longest max_ttl in use, and a client with a short one writes a shorter E of its own.
+// Had x taken E from the writer alone, a client that met the nodes before a longer bound
+// was announced (it reads it at its next health check) would let counter_x lapse too
+// soon: the tokens of the client with the long max_ttl may run a lead of 100ms ahead of
+// the clocks, and the condition allows skew up to that client's quarantine. But every
+// client announces its max_ttl on a connection before the first lock command it carries
+// there, so x held a bound of at least the max_ttl of whoever drew a (or, if it lost it,
+// x lost counter_x too: the restart case), and every later write of counter_x on x gets
+// E >= 2 x that bound, which is at least that client's quarantine (2b >= b + drift(b)
+// whenever the ttl outlasts its drift, which New requires). So b > a holds under the
+// condition of the longest max_ttl whatever the writers' own (the announced bound
+// lapses an hour after its last announcer stops, long after its locks and tokens;
+// TestCounterExpiryFollowsTheLargestBoundOnTheNode). What still needs max_ttl alike is the
+// restart quarantine of a client that has not read the bound yet (above).
 //
 // # Restart quarantine across clients
 //

@@ -25,7 +25,8 @@ func TestReadersTurnScripts(t *testing.T) {
 	ctx := context.Background()
 	const turn = 300 // ms: loose, the race detector on shared cores is slow
 	keys := []string{"k", "k" + counterSuffix, "k" + writerSuffix, "k" + readersSuffix, "k" + turnSuffix}
-	const marker = "marker" // the data marker's key (last): read for grants' replies
+	const marker = "marker" // the data marker's key (before the bound): read for grants' replies
+	const bound = "bound"   // the node's bound (last): read for counter expiries
 	// ints is a reply's numbers ({granted, token or PTTL, ...}; a grant's marker left out).
 	ints := func(r []any, err error) []int64 {
 		t.Helper()
@@ -42,12 +43,12 @@ func TestReadersTurnScripts(t *testing.T) {
 	}
 	write := func(owner string, attempt int) []int64 {
 		t.Helper()
-		return ints(acquireScript.Run(ctx, tn, []string{keys[0], keys[1], keys[2], marker},
+		return ints(acquireScript.Run(ctx, tn, []string{keys[0], keys[1], keys[2], marker, bound},
 			owner+strconv.Itoa(attempt), 5000, owner, "0", 60000, attempt, 2000).Slice())
 	}
 	read := func(value string) []int64 {
 		t.Helper()
-		return ints(readAcquireScript.Run(ctx, tn, append(keys[:5:5], marker), value, 5000, value, "0", 60000, 1, 2000).Slice())
+		return ints(readAcquireScript.Run(ctx, tn, append(keys[:5:5], marker, bound), value, 5000, value, "0", 60000, 1, 2000).Slice())
 	}
 	get := func(k string) string { v, _ := rc.Get(ctx, k).Result(); return v }
 

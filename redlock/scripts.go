@@ -12,7 +12,8 @@ import "github.com/caddy-redlock/caddy-redlock/redlock/internal/transport"
 // Fencing counters and release channels live under other names (see names.go).
 
 // acquireScript: KEYS[1] lock, KEYS[2] fencing counter, KEYS[3] the writer-waiting mark,
-// KEYS[4] the node's data marker (read for the reply).
+// KEYS[4] the node's data marker (read for the reply), KEYS[5] the bound the node keeps
+// (the longest max_ttl announced: fencingLua reads it for the counter's expiry).
 // ARGV[1] value, ARGV[2] ttl ms, ARGV[3] owner prefix, ARGV[4] "1" for fencing, ARGV[5]
 // counter ttl ms, ARGV[6] this attempt's number (the value is owner prefix .. attempt),
 // ARGV[7] how long a writer-waiting mark lives, ms (0: none, the writer will not wait),
@@ -76,10 +77,10 @@ end
 return {1, token, reserved, m, ev}
 `)
 
-// markerLua reads the node's data marker (the last key, dataloss.go) into m, "" when it
-// has none, for a grant's reply.
+// markerLua reads the node's data marker (the key before the last, dataloss.go) into m,
+// "" when it has none, for a grant's reply.
 const markerLua = `
-local m = redis.pcall('GET', KEYS[#KEYS])
+local m = redis.pcall('GET', KEYS[#KEYS - 1])
 if type(m) ~= 'string' then m = '' end`
 
 // evictionsLua reads the node's eviction count (INFO's evicted_keys) into ev for a
@@ -102,10 +103,14 @@ end`
 
 // fencingLua draws the token of a grant (acquireScript and readAcquireScript; see there):
 // ARGV[4] "1" for fencing, ARGV[5] counter ttl ms, ARGV[9] the proposal, ARGV[10] the
-// lead, ARGV[11] the handoff reserve; KEYS[2] the counter. It sets token and reserved.
+// lead, ARGV[11] the handoff reserve; KEYS[2] the counter, the last key the node's bound.
+// It sets token and reserved. The counter's expiry is the client's counter ttl or twice
+// the bound the node keeps, whichever is longer (counterTTLLua).
 const fencingLua = `
 local token, reserved = 0, 0
 if ARGV[4] == '1' then
+  local cttl = tonumber(ARGV[5])
+  ` + counterTTLLua + `
   local t = redis.call('TIME')
   local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
   local lead = tonumber(ARGV[10])
@@ -122,8 +127,24 @@ if ARGV[4] == '1' then
     stored = token + tonumber(ARGV[11])
     reserved = 1
   end
-  redis.call('SET', KEYS[2], string.format('%.0f', stored), 'PX', ARGV[5])
+  redis.call('SET', KEYS[2], string.format('%.0f', stored), 'PX', cttl)
 end`
+
+// maxBoundMsLua is maxBound in ms, for the scripts (TestMaxBoundMsLua keeps them equal).
+const maxBoundMsLua = "86400000"
+
+// counterTTLLua sets cttl, the expiry of a counter written now (ms): the writing client's
+// counter ttl (the Lua variable cttl holds it on entry: ARGV[5] or the commit's ARGV[3]),
+// or twice the bound the node keeps (the last key: the longest max_ttl any client
+// announced to it, which every client announces before its first lock command on a
+// connection), whichever is longer. A client with a small max_ttl that has not read a
+// larger bound yet would otherwise let a counter lapse before the tokens of a client with
+// a longer one are overtaken by the clocks (doc.go, "Counter expiry"). A bound above
+// maxBound is not believed (announceScript replaces it).
+const counterTTLLua = `local nb = redis.pcall('GET', KEYS[#KEYS])
+  nb = (type(nb) == 'string' and tonumber(nb)) or 0
+  if nb > ` + maxBoundMsLua + ` then nb = 0 end
+  if 2 * nb > cttl then cttl = 2 * nb end`
 
 // sharedMarker is what the lock name holds while readers hold the key: no Redlock client
 // writes it (it begins with NUL), so to all of them, ours and others', the key is busy.
@@ -135,8 +156,8 @@ const (
 
 // readAcquireScript takes the key shared (a reader). KEYS[1] lock, KEYS[2] counter,
 // KEYS[3] writer-waiting mark, KEYS[4] the readers (a sorted set: value -> expiry, ms of
-// the node's clock), KEYS[5] the readers' turn mark, KEYS[6] the data marker; ARGV and
-// replies as acquireScript's. Busy, {0, PTTL}, while a writer holds the lock name or a
+// the node's clock), KEYS[5] the readers' turn mark, KEYS[6] the data marker, KEYS[7] the
+// node's bound; ARGV and replies as acquireScript's. Busy, {0, PTTL}, while a writer holds the lock name or a
 // writer waits (the mark) outside the readers' turn; else the reader's entry is added
 // with its own expiry and the lock name holds sharedMarker until the last entry expires
 // (so the name and the set lapse together, and a plain SET NX, anyone's, finds the key
@@ -203,8 +224,9 @@ return 1
 
 // commitScript makes a fencing token durable before it is used: only while we still hold
 // the key on this node, raise the counter to at least the token.
-// KEYS[1] lock, KEYS[2] counter, KEYS[3] readers; ARGV[1] value, ARGV[2] token, ARGV[3]
-// counter ttl ms, ARGV[4] "1" for a reader (its entry in the readers' set is what it holds).
+// KEYS[1] lock, KEYS[2] counter, KEYS[3] readers, KEYS[4] the node's bound; ARGV[1]
+// value, ARGV[2] token, ARGV[3] counter ttl ms (or twice the bound: counterTTLLua),
+// ARGV[4] "1" for a reader (its entry in the readers' set is what it holds).
 var commitScript = newScript(`
 if ARGV[4] == '1' then
   local sc = redis.pcall('ZSCORE', KEYS[3], ARGV[1])
@@ -215,10 +237,12 @@ elseif redis.pcall('GET', KEYS[1]) ~= ARGV[1] then
 end
 local cv = redis.pcall('GET', KEYS[2])
 local c = (type(cv) == 'string' and tonumber(cv)) or 0
+local cttl = tonumber(ARGV[3])
+` + counterTTLLua + `
 if tonumber(ARGV[2]) > c then
-  redis.call('SET', KEYS[2], ARGV[2], 'PX', ARGV[3])
+  redis.call('SET', KEYS[2], ARGV[2], 'PX', cttl)
 else
-  redis.call('PEXPIRE', KEYS[2], ARGV[3])
+  redis.call('PEXPIRE', KEYS[2], cttl)
 end
 return 1
 `)
