@@ -132,6 +132,9 @@ type contention struct {
 	mode    mode
 	start   time.Time
 	w       *watch // the key's release notices, once watched
+	// misses counts, for a reader, the tries refused right after a release notice woke
+	// it: readers' turns it missed, each of which doubles the turn it asks for.
+	misses int
 }
 
 func (k *contention) busy(attempts int, retryAfter time.Duration) error {
@@ -168,6 +171,7 @@ func (k *contention) run() (*Lock, error) {
 		c.yieldTo(k.waitCtx, k.w)
 	}
 	unavailable := 0
+	noticed := false // the last wait ended with a release notice
 	for attempt := 1; ; attempt++ {
 		if c.closed.Load() {
 			return nil, ErrClosed
@@ -194,6 +198,10 @@ func (k *contention) run() (*Lock, error) {
 			continue
 		}
 		unavailable = 0
+		if noticed && k.slots[0].shared {
+			k.misses++ // refused right after a release: the readers' turn, if any, was too short for us
+		}
+		noticed = false
 		switch {
 		case k.ctx.Err() != nil:
 			return nil, k.ctx.Err()
@@ -209,7 +217,7 @@ func (k *contention) run() (*Lock, error) {
 		if res.minPTTL > 0 && res.minPTTL < delay {
 			delay = res.minPTTL // the holder's key expires sooner than our next try
 		}
-		sleep(k.waitCtx, delay, wake) // or until a release notice
+		noticed = sleep(k.waitCtx, delay, wake) // or until a release notice
 	}
 }
 
@@ -223,7 +231,11 @@ func (k *contention) try(attempt int) (l *Lock, res attemptResult, retry bool) {
 	if k.waitCtx.Err() != nil {
 		mark = 0 // no try after this one: do not hold readers back
 	}
-	got, res := c.trySlots(k.ctx, k.slots, try{owner: k.owner, n: attempt, ttl: k.ttl, fencing: k.fencing, mark: mark})
+	a := try{owner: k.owner, n: attempt, ttl: k.ttl, fencing: k.fencing, mark: mark}
+	if k.slots[0].shared {
+		a.turnAsk = c.readersTurnAsk(k.misses)
+	}
+	got, res := c.trySlots(k.ctx, k.slots, a)
 	if res.validity <= 0 {
 		return nil, res, res.closed // closed: run says ErrClosed
 	}
@@ -249,15 +261,18 @@ func (k *contention) try(attempt int) (l *Lock, res attemptResult, retry bool) {
 	return nil, res, true
 }
 
-// sleep waits d, or until ctx ends or wake (if not nil) fires.
-func sleep(ctx context.Context, d time.Duration, wake <-chan struct{}) {
+// sleep waits d, or until ctx ends or wake (if not nil) fires, and reports whether wake
+// ended it.
+func sleep(ctx context.Context, d time.Duration, wake <-chan struct{}) bool {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-wake:
+		return true
 	case <-t.C:
 	case <-ctx.Done():
 	}
+	return false
 }
 
 // newLock registers the lock a successful round took, or gives it back and returns nil
@@ -393,6 +408,9 @@ type try struct {
 	// mark is how long a writer refused by readers marks itself as waiting (shared locks:
 	// writerMarkTTL); 0 for a last try, after which the writer will not wait.
 	mark time.Duration
+	// turnAsk is the readers' turn a reader refused by a writer asks for (readgroup.go,
+	// readersTurnAsk); 0 for a writer.
+	turnAsk time.Duration
 }
 
 func (a try) value() string { return a.owner + strconv.Itoa(a.n) }
@@ -461,7 +479,7 @@ func (c *Client) sendRound(ctx context.Context, nm names, a try, start time.Time
 		script, keys = readAcquireScript, []string{nm.lock, nm.counter, nm.writer, nm.readers, nm.turn, c.markerKey(), c.boundKey()}
 	}
 	argv := []any{value, a.ttl.Milliseconds(), a.owner, boolArg(a.fencing), c.counterTTL().Milliseconds(), a.n,
-		a.mark.Milliseconds(), "0"}
+		a.mark.Milliseconds(), "0", a.turnAsk.Milliseconds()}
 	if a.fencing {
 		argv = append(argv, c.proposeToken(start), c.tokenLead().Microseconds(), c.handoffReserve(nm))
 	}

@@ -308,10 +308,12 @@
 //
 // Phases, so that readers and writers alternate (a phase-fair reader-writer lock) across
 // processes: a reader refused by a writer (its lock or its mark) marks readers as waiting
-// (the turn key, "w", for writerMarkTTL, renewed at each of its tries); a writer's
-// release that deletes its value and finds that mark leaves the lock name holding
-// sharedMarker with no reader entry, and the mark saying "t", both for the readers' turn
-// (readersTurn: 4 of the releasing client's recent acquire rounds, 10ms to node_timeout).
+// (the turn key, for writerMarkTTL, renewed at each of its tries, holding the longest
+// turn a waiting reader asked for); a writer's release that deletes its value and finds
+// that mark leaves the lock name holding sharedMarker with no reader entry, and the mark
+// saying "t", both for the readers' turn: the releasing client's own (readersTurn: 4 of
+// its recent acquire rounds, 10ms to node_timeout), or the longer one asked for, up to 4
+// of its node timeouts (readersTurnAsk, below).
 // Meanwhile writers are refused (the name holds the marker: they mark themselves as
 // waiting, and retry when the turn ends) and readers go in even past a writer's mark;
 // each reader's grant gives the name its entry's expiry as usual. So the readers woken by
@@ -333,10 +335,22 @@
 // after its mark stands and the turn is over goes in before it. A writer that gets the key
 // ends the phase; the next release starts a turn only if readers were refused meanwhile.
 // A reader waits for the writer inside and, while it waits, its turn comes at that
-// writer's release; one that misses the turn (its notice or round came later, on a slow
-// machine) waits for the next writer's. Not covered: a local handoff between two
-// writers of one process does not go through Redis, so readers of another process may
-// wait for up to HandoffLimit such handoffs (handoff.go), as before.
+// writer's release, if its release notice and its round land within the turn. The
+// releasing client's own rounds say nothing of that: a reader of a distant or slower
+// instance hears of the release later and its round takes longer, and with a turn sized
+// by the writer alone it would miss every turn for as long as writers kept coming. So a
+// refused reader asks for a turn of 4 of its own rounds (readersTurnAsk), doubled for
+// each turn it missed (a try refused right after a release notice woke it), and the mark
+// keeps the longest asked. Claim: a reader whose notice and round take less than the
+// turn cap (4 node timeouts of the releasing client, 400ms by default) goes in at one of
+// the first releases after its first refusal: each missed turn doubles its ask, so
+// after k misses the turn is 2^k times its own 4 rounds, or the cap
+// (TestDistantReaderGetsATurn). Not covered: a reader slower than the cap, and one whose
+// release notices are lost (it then tries on its retry delay, which need not fall in a
+// turn); their wait is bounded only by the writers' coming to an end. A writer's wait
+// grows by at most the longer turn. Also not covered: a local handoff between two writers
+// of one process does not go through Redis, so readers of another process may wait for
+// up to HandoffLimit such handoffs (handoff.go), as before.
 //
 // Other Redlock clients (redsync, node-redlock) see the marker as somebody's lock: their
 // exclusive locks exclude our readers and writers both ways. They cannot take the key

@@ -50,11 +50,32 @@ const (
 )
 
 // readersTurn is how long a writer's release that finds readers waiting keeps writers
-// out (and lets readers past a waiting writer's mark).
+// out (and lets readers past a waiting writer's mark), unless they asked for longer.
 func (c *Client) readersTurn() time.Duration {
 	round := time.Duration(c.readers.round.Load())
 	return min(max(readersTurnRounds*round, readersTurnMin), c.opt.NodeTimeout)
 }
+
+// The releasing client's rounds say nothing of the waiting readers': those of a distant
+// instance get the notice later and their rounds take longer, and could miss every turn
+// while writers keep coming. So a refused reader asks for a turn (the readers' mark
+// keeps the longest asked: scripts.go, waitMarkLua) of readersTurnRounds of its own
+// rounds, doubled for each turn it missed (a try refused right after a release notice),
+// and a release gives the longer of its own turn and the one asked, up to
+// readersTurnRounds node timeouts of its own client. A reader whose notice and round
+// fit in that gets in within a few releases (doc.go, "Shared locks").
+
+// readersTurnAsk is the turn a reader that missed misses turns asks for.
+func (c *Client) readersTurnAsk(misses int) time.Duration {
+	ask := max(readersTurnRounds*time.Duration(c.readers.round.Load()), readersTurnMin)
+	for range min(misses, 8) {
+		ask *= 2
+	}
+	return min(ask, c.readersTurnMax())
+}
+
+// readersTurnMax is the longest readers' turn this client gives or asks for.
+func (c *Client) readersTurnMax() time.Duration { return readersTurnRounds * c.opt.NodeTimeout }
 
 // noteRound folds an acquire round's length (until decided) into the client's running
 // average (weight 1/8), which sizes the readers' turn. Concurrent updates may lose one:

@@ -18,8 +18,9 @@ import "github.com/caddy-redlock/caddy-redlock/redlock/internal/transport"
 // counter ttl ms, ARGV[6] this attempt's number (the value is owner prefix .. attempt),
 // ARGV[7] how long a writer-waiting mark lives, ms (0: none, the writer will not wait),
 // ARGV[8] "1" to read the node's eviction count for the reply (evictionsLua; absent
-// means "0"); with fencing ARGV[9] the proposed token, ARGV[10] how far from the node's
-// clock it may be (µs, either side), ARGV[11] the handoff reserve.
+// means "0"), ARGV[9] the readers' turn a refused reader asks for, ms (readAcquireScript;
+// 0 here); with fencing ARGV[10] the proposed token, ARGV[11] how far from the node's
+// clock it may be (µs, either side), ARGV[12] the handoff reserve.
 // The key is taken when absent or when it holds the value of an EARLIER attempt of the
 // same Acquire call (a reply was lost or a round failed), so a retry is never blocked by
 // its own leftovers, while a late release of that earlier attempt (which compares the
@@ -102,8 +103,8 @@ if ARGV[8] == '1' then
 end`
 
 // fencingLua draws the token of a grant (acquireScript and readAcquireScript; see there):
-// ARGV[4] "1" for fencing, ARGV[5] counter ttl ms, ARGV[9] the proposal, ARGV[10] the
-// lead, ARGV[11] the handoff reserve; KEYS[2] the counter, the last key the node's bound.
+// ARGV[4] "1" for fencing, ARGV[5] counter ttl ms, ARGV[10] the proposal, ARGV[11] the
+// lead, ARGV[12] the handoff reserve; KEYS[2] the counter, the last key the node's bound.
 // It sets token and reserved. The counter's expiry is the client's counter ttl or twice
 // the bound the node keeps, whichever is longer (counterTTLLua).
 const fencingLua = `
@@ -113,10 +114,10 @@ if ARGV[4] == '1' then
   ` + counterTTLLua + `
   local t = redis.call('TIME')
   local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-  local lead = tonumber(ARGV[10])
+  local lead = tonumber(ARGV[11])
   local cv = redis.pcall('GET', KEYS[2])
   local floor = ((type(cv) == 'string' and tonumber(cv)) or 0) + 1
-  local p = tonumber(ARGV[9])
+  local p = tonumber(ARGV[10])
   if p >= floor and p >= now - lead and p <= now + lead then
     token = p
   else
@@ -124,7 +125,7 @@ if ARGV[4] == '1' then
   end
   local stored = token
   if token <= now + lead then
-    stored = token + tonumber(ARGV[11])
+    stored = token + tonumber(ARGV[12])
     reserved = 1
   end
   redis.call('SET', KEYS[2], string.format('%.0f', stored), 'PX', cttl)
@@ -163,20 +164,21 @@ const (
 // (so the name and the set lapse together, and a plain SET NX, anyone's, finds the key
 // busy). Expired entries (crashed readers) are dropped first.
 //
-// Phases (doc.go, "Shared locks"): a reader refused marks readers as waiting (KEYS[5] =
-// "w", for ARGV[7] ms, as a writer's mark); a writer's release that finds that mark turns
-// it into the readers' turn (KEYS[5] = "t", releaseScript) and leaves the lock name
-// holding sharedMarker for as long, with no entry: writers are refused meanwhile (and
-// mark themselves as waiting) while readers go in even past a writer's mark. The marks
-// only delay; no grant rests on them.
+// Phases (doc.go, "Shared locks"): a reader refused marks readers as waiting (KEYS[5]
+// holds, for ARGV[7] ms as a writer's mark, the longest turn the waiting readers asked
+// for, ms: ARGV[9], waitMarkLua); a writer's release that finds that mark turns it into
+// the readers' turn (KEYS[5] = "t", releaseScript) and leaves the lock name holding
+// sharedMarker for as long, with no entry: writers are refused meanwhile (and mark
+// themselves as waiting) while readers go in even past a writer's mark. The marks only
+// delay; no grant rests on them.
 var readAcquireScript = newScript(`
 local cur = redis.pcall('GET', KEYS[1])
 if type(cur) == 'table' or (cur and cur ~= '` + sharedMarkerLua + `') then
-  if tonumber(ARGV[7]) > 0 then redis.call('SET', KEYS[5], 'w', 'PX', ARGV[7]) end
+  ` + waitMarkLua + `
   return {0, redis.call('PTTL', KEYS[1])}
 end
 if redis.pcall('GET', KEYS[3]) and redis.pcall('GET', KEYS[5]) ~= 't' then
-  if tonumber(ARGV[7]) > 0 then redis.call('SET', KEYS[5], 'w', 'PX', ARGV[7]) end
+  ` + waitMarkLua + `
   return {0, redis.call('PTTL', KEYS[3])}
 end
 local t = redis.call('TIME')
@@ -189,6 +191,17 @@ redis.call('ZADD', KEYS[4], ms + tonumber(ARGV[2]), ARGV[1])
 ` + evictionsLua + `
 return {1, token, reserved, m, ev}
 `)
+
+// waitMarkLua marks readers as waiting (KEYS[5], for ARGV[7] ms unless that is 0: a
+// last try) with the longest turn any waiting reader asked for (ARGV[9] ms): a reader
+// of a distant or slow instance, whose release notice and round come later than the
+// releasing writer's own rounds would allow, asks for a longer turn, and longer again
+// for each turn it missed (Client.readersTurnAsk). A mark of an older version ("w") counts
+// as no request.
+const waitMarkLua = `if tonumber(ARGV[7]) > 0 then
+    local asked = tonumber(redis.pcall('GET', KEYS[5])) or 0
+    redis.call('SET', KEYS[5], math.max(asked, tonumber(ARGV[9]) or 0), 'PX', ARGV[7])
+  end`
 
 // readersExpiryLua gives the lock name (KEYS[1]) and the readers' set (KEYS[4]) the
 // expiry of the last reader entry (ms: the node's clock), or deletes both when no entry
@@ -318,18 +331,23 @@ return set
 // (the notice payload: a client ignores its own notices, whose waiters it hands the turn
 // to directly). Returns 0 if the key did not hold the value, else 1 + the number of
 // subscribers the notice reached (the releasing client's own subscription included).
-// Optionally KEYS[2] the readers' turn mark and ARGV[4] the turn's length, ms: when
-// readers marked themselves as waiting (readAcquireScript), the lock name is left holding
-// sharedMarker, with no reader entry, for that long, and the mark says it is the readers'
-// turn: the readers woken by the notice go in before any writer (doc.go, "Shared
-// locks"). The marker holds nothing: it lapses, or the readers' scripts give it their
-// entries' expiry.
+// Optionally KEYS[2] the readers' turn mark, ARGV[4] the turn's length and ARGV[5] the
+// longest turn the releasing client gives, ms: when readers marked themselves as waiting
+// (readAcquireScript), the lock name is left holding sharedMarker, with no reader entry,
+// for the turn, and the mark says it is the readers' turn: the readers woken by the
+// notice go in before any writer (doc.go, "Shared locks"). The turn is ARGV[4], or the
+// longest the waiting readers asked for (the mark's value) up to ARGV[5]. The marker
+// holds nothing: it lapses, or the readers' scripts give it their entries' expiry.
 var releaseScript = newScript(`
 if redis.pcall('GET', KEYS[1]) == ARGV[1] then
   redis.call('DEL', KEYS[1])
-  if #KEYS > 1 and tonumber(ARGV[4]) > 0 and redis.pcall('GET', KEYS[2]) == 'w' then
-    redis.call('SET', KEYS[1], '` + sharedMarkerLua + `', 'PX', ARGV[4])
-    redis.call('SET', KEYS[2], 't', 'PX', ARGV[4])
+  if #KEYS > 1 and tonumber(ARGV[4]) > 0 then
+    local asked = redis.pcall('GET', KEYS[2])
+    if type(asked) == 'string' and asked ~= 't' then
+      local turn = math.max(tonumber(ARGV[4]), math.min(tonumber(asked) or 0, tonumber(ARGV[5]) or 0))
+      redis.call('SET', KEYS[1], '` + sharedMarkerLua + `', 'PX', turn)
+      redis.call('SET', KEYS[2], 't', 'PX', turn)
+    end
   end
   return 1 + redis.call('PUBLISH', ARGV[2], ARGV[3])
 end
