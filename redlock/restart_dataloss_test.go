@@ -262,6 +262,7 @@ func TestSecondFlushBeforeTheMarkerIsReadAgain(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	<-probe.settled // node 1's grant may come after the round was decided
 	_ = probe.Release(ctx)
 	st := b.Status().Nodes[0]
 	if st.QuarantineCause != QuarantineDataLoss || st.Votes {
