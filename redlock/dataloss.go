@@ -29,14 +29,15 @@ import (
 // (markerLua), and a grant whose marker is gone or changed since this client's last
 // reading is no vote and quarantines the node at once (grantHolds). A grant from a node
 // that may evict (node.canEvict) also carries its eviction count (evictionsLua), since an
-// eviction usually spares the marker: a count other than the last reading is a loss too. So a node flushed a
-// moment ago cannot lend its vote to a new holder of a key it forgot. The node then
-// votes again only once its marker was read anew (markerDue, voting.go), by a health
-// check: a quarantine shorter than the health interval would otherwise end while no
-// marker is known to check its grants against, and a second loss would pass unseen. What it does not
-// cover: a majority losing data at once (a fresh start; Redlock without persistence
-// cannot survive it), and a client that never read the node's marker (its first
-// sighting judges the node by the marker's age, as by the uptime).
+// eviction usually spares the marker: a count other than the last reading is a loss
+// too. So a node flushed a moment ago cannot lend its vote to a new holder of a key it
+// forgot. The node then votes again only once its marker was read anew (markerDue,
+// voting.go), by a health check: a quarantine shorter than the health interval would
+// otherwise end while no marker is known to check its grants against, and a second loss
+// would pass unseen. What it does not cover: a majority losing data at once (a fresh
+// start; Redlock without persistence cannot survive it), and a client that never read
+// the node's marker (its first sighting judges the node by the marker's age, as by the
+// uptime).
 
 // markerName follows the prefix directly, like boundName: no lock key is empty.
 const markerName = "\x00data_marker"
@@ -87,11 +88,12 @@ func parseMarker(reply transport.Reply) (marker, error) {
 // not read yet is judged by its health checks (a first sight: its age, youngness; the
 // count of a node that may evict: observe).
 func (n *node) grantHolds(rep nodeReply, now time.Time) (heldBack time.Time) {
-	q := n.c.quarantine()
 	n.mu.Lock()
-	if until := lossUntilOf(n.factsLocked(), q, now); !until.IsZero() {
-		n.mu.Unlock()
-		return until
+	if !n.lossSeen.IsZero() { // quarantine reads atomics only: no lock under n.mu
+		if until := lossUntilOf(n.factsLocked(), n.c.quarantine(), now); !until.IsZero() {
+			n.mu.Unlock()
+			return until
+		}
 	}
 	if !rep.ok {
 		n.mu.Unlock()
@@ -116,7 +118,7 @@ func (n *node) grantHolds(rep nodeReply, now time.Time) (heldBack time.Time) {
 	}
 	n.lossSeen, n.lossCause = now, QuarantineDataLoss
 	n.mu.Unlock()
-	until := now.Add(q)
+	until := now.Add(n.c.quarantine())
 	seen := "acquire: data marker gone or changed (votes again once the marker is read anew)"
 	if !lostMarker {
 		seen = "acquire: keys evicted"

@@ -167,10 +167,10 @@ func (c *Client) allFacts() []nodeFacts {
 // or a data loss, and until its marker is read again after a loss an acquire saw): such a
 // node is not even asked.
 func (n *node) restarted(now time.Time) bool {
-	q := n.c.quarantine()
 	n.mu.Lock()
-	defer n.mu.Unlock()
-	return !lossUntilOf(n.factsLocked(), q, now).IsZero()
+	f := n.factsLocked()
+	n.mu.Unlock()
+	return !f.lossSeen.IsZero() && !lossUntilOf(f, n.c.quarantine(), now).IsZero()
 }
 
 // youngUntil returns when a quarantine after the node's start ends, if that is still
