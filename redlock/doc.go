@@ -236,15 +236,17 @@
 // command runs, never inside a script, so the count covers every eviction before the
 // grant), and a count other than B's last reading of it is a loss seen: no vote, and x
 // quarantined from now (grantHolds; TestEvictionSparingTheMarkerDoesNotLendAVote).
-// Claim: a grant by x after an eviction is not counted by a client that read x's count
-// before the eviction. B's last reading r before the grant either preceded the eviction
-// (the grant's count differs from r: no vote) or followed it; then the eviction fell
-// between r and the reading before it, so r itself differed and quarantined x from r on,
-// after the eviction: every lock the eviction took lapsed before that quarantine ended.
-// The count only grows while x runs, and a reset (a restart, CONFIG RESETSTAT) is a
-// change too, so two readings that agree saw no eviction between them. A client's first
-// reading cannot date the evictions it counts: a node that may evict and has evicted is
-// held back a quarantine from the first sight (observe). The count costs the node INFO's
+// Claim: a grant by x after an eviction counts for B only once every lock the eviction
+// took has lapsed. The count only grows while x runs, and a reset (a restart, CONFIG
+// RESETSTAT) is a change too, so two readings that agree saw no eviction between them.
+// If the grant's count agrees with B's last reading (grants and health checks, in the
+// order B took them in), that reading was taken after the eviction. Go back through B's
+// readings to the first one taken after it: either the reading before that one disagreed
+// with it, and B quarantined x when it took it in, after the eviction; or it is B's
+// first reading, which cannot date the evictions it counts, and a node that may evict
+// and has evicted is held back a quarantine from the first sight (observe). Either way x
+// is held back from a moment after the eviction for a quarantine, by whose end every
+// lock the eviction took has lapsed. The count costs the node INFO's
 // stats section per grant (docs/performance.md), which is why nodes that cannot evict are
 // not asked. Not covered: a node switched at runtime (CONFIG SET) to a policy that may
 // evict is judged by its old one until the next health check reads the new one, so an
