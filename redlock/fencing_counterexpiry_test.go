@@ -92,7 +92,7 @@ func TestFencingCounterExpiresAndTokensStayOrdered(t *testing.T) {
 // before the other client announced it, and its health checks are a minute apart) still
 // writes counters that live twice the longest max_ttl announced to the node: the expiry
 // of a counter is read from the node's bound in the same script, not from the writer's
-// own. With its own (two quarantines of 200ms) a counter would lapse long before the
+// own. With its own (two quarantines of 400ms) a counter would lapse long before the
 // tokens of the client with a 10s max_ttl (whose lead is 100ms, not 50) are overtaken by
 // the clocks, and a counter re-created then starts below them when node clocks differ
 // by more than that short expiry allows (doc.go, "Counter expiry").
@@ -100,7 +100,7 @@ func TestCounterExpiryFollowsTheLargestBoundOnTheNode(t *testing.T) {
 	ctx := context.Background()
 	servers := redistest.StartN(t, 3)
 	small := fastOptions()
-	small.TTL, small.MaxTTL, small.NodeTimeout = 200*time.Millisecond, 200*time.Millisecond, 100*time.Millisecond
+	small.TTL, small.MaxTTL = 400*time.Millisecond, 400*time.Millisecond
 	small.HealthInterval = time.Minute
 	x := newTestClient(t, servers, small)
 	waitUsable(t, x)

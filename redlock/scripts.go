@@ -158,11 +158,11 @@ const (
 // readAcquireScript takes the key shared (a reader). KEYS[1] lock, KEYS[2] counter,
 // KEYS[3] writer-waiting mark, KEYS[4] the readers (a sorted set: value -> expiry, ms of
 // the node's clock), KEYS[5] the readers' turn mark, KEYS[6] the data marker, KEYS[7] the
-// node's bound; ARGV and replies as acquireScript's. Busy, {0, PTTL}, while a writer holds the lock name or a
-// writer waits (the mark) outside the readers' turn; else the reader's entry is added
-// with its own expiry and the lock name holds sharedMarker until the last entry expires
-// (so the name and the set lapse together, and a plain SET NX, anyone's, finds the key
-// busy). Expired entries (crashed readers) are dropped first.
+// node's bound; ARGV and replies as acquireScript's. Busy, {0, PTTL}, while a writer
+// holds the lock name or a writer waits (the mark) outside the readers' turn; else the
+// reader's entry is added with its own expiry and the lock name holds sharedMarker until
+// the last entry expires (so the name and the set lapse together, and a plain SET NX,
+// anyone's, finds the key busy). Expired entries (crashed readers) are dropped first.
 //
 // Phases (doc.go, "Shared locks"): a reader refused marks readers as waiting (KEYS[5]
 // holds, for ARGV[7] ms as a writer's mark, the longest turn the waiting readers asked
