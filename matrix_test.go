@@ -22,7 +22,8 @@ package caddyredlock
 //   - nothing after a loss: no attempt of the request starts after its lock was surely
 //     lost (a retry, a handle_errors re-proxy), an attempt running at a force release or
 //     outage does not run on to its end, and no byte the upstream wrote after Caddy
-//     counted the loss reaches the client.
+//     counted the loss reaches the client. Caddy stopping is a cut of the same kind:
+//     nothing starts after POST /stop.
 //   - drained, not kept: the witness gets the key within one ttl (plus a margin for a
 //     busy machine) after the last work ended and the fault was lifted.
 //   - outcomes: the main request ends as the column says (complete, or cut short), and a
@@ -115,10 +116,10 @@ type matrixRow struct {
 	ends []matrixEnd
 	// method of the requests; a POST carries a body.
 	method string
-	// lossBeforeHeaders: in the loss columns the upstream answers only when its work is
-	// done, so the lock is lost while the proxy waits for the response headers: where
-	// retries, passive health and handle_errors react to a failed round trip. Other rows
-	// lose it mid-body, where a response is being written to the client.
+	// lossBeforeHeaders: in the loss and shutdown columns the upstream answers only when
+	// its work is done, so the request is cut while the proxy waits for the response
+	// headers: where retries, passive health and handle_errors react to a failed round
+	// trip. Other rows are cut mid-body, where a response is being written to the client.
 	lossBeforeHeaders bool
 	tunnel            bool // the main request is an Upgrade (websocket) tunnel
 	static            bool // no upstream: Caddy answers itself
@@ -359,6 +360,9 @@ func workFor(row matrixRow, end matrixEnd) (work, first string) {
 		}
 		return "d=1200ms,stream,deaf", ""
 	case endShutdown:
+		if row.lossBeforeHeaders {
+			return "d=900ms,late,deaf", ""
+		}
 		return "d=900ms,stream,deaf", ""
 	case endReload:
 		return "d=1200ms,stream", ""
@@ -424,6 +428,7 @@ type cellRun struct {
 	followed   bool
 	lossLower  time.Time // the fault began: the lock was the request's until then
 	lossUpper  time.Time // the lock was surely lost by then
+	stopAt     time.Time // POST /stop was sent
 	lossSeen   time.Time // Caddy counted it
 	lifted     time.Time // the fault was lifted (outage)
 	lastWork   time.Time
@@ -594,6 +599,7 @@ func faultFor(t *testing.T, p *cellCaddy, servers []*redistest.Server, up *ledge
 		// the last one ends less than a ttl after.
 		run.lossUpper = time.Now().Add(matrixTTL)
 	case endShutdown:
+		run.stopAt = time.Now()
 		if err := p.adminDo("POST", "/stop", "", ""); err != nil {
 			t.Logf("POST /stop: %v (the process may have gone before answering)", err)
 		}
@@ -701,6 +707,16 @@ func judge(run *cellRun, up *ledger, wit *witness, after time.Time) []string {
 		}
 		if strings.Contains(run.main.body, " post\n") {
 			bad("after loss", "the client got bytes the upstream wrote after Caddy counted the lock lost (at %s): %q", up.at(run.lossSeen), tail(run.main.body, 3))
+		}
+	}
+
+	if end == endShutdown {
+		// Caddy exiting cuts the request like a loss does: nothing retries or proxies
+		// it again.
+		for _, a := range attempts {
+			if a.req == "r1" && a.start.After(run.stopAt) {
+				bad("after loss", "%s started after Caddy began to stop (at %s): a retry or a re-proxy", up.describe(a), up.at(run.stopAt))
+			}
 		}
 	}
 
