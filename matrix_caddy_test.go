@@ -76,6 +76,53 @@ func exchange(ctx context.Context, c *http.Client, method, url string, hdr http.
 	return reply{status: resp.StatusCode, proto: resp.ProtoMajor, body: string(b), err: err, at: time.Now()}
 }
 
+// cellClients sends a cell's requests, each on a connection of its own, to the path
+// of the cell's key.
+type cellClients struct {
+	p   *cellCaddy
+	row matrixRow
+}
+
+// send starts a request: id is its X-Req-Id, work and first its X-Work and
+// X-Work-First. A tunnel request is an Upgrade, reset when abort is closed; the others
+// are cut by cancelling ctx, over HTTP/2 (h2c) if h2.
+func (c cellClients) send(ctx context.Context, id, work, first string, tunnel, h2 bool, abort <-chan struct{}) <-chan reply {
+	hdr := http.Header{"X-Req-Id": {id}, "X-Work": {work}}
+	if first != "" {
+		hdr.Set("X-Work-First", first)
+	}
+	out := make(chan reply, 1)
+	go func() {
+		if tunnel {
+			out <- tunnelClient(ctx, c.p.hostport, hdr, abort)
+			return
+		}
+		hc := matrixClient(h2)
+		defer hc.CloseIdleConnections()
+		out <- exchange(ctx, hc, c.row.method, c.p.url+"/res", hdr)
+	}()
+	return out
+}
+
+// follower starts the follower, r2: a plain request of the key.
+func (c cellClients) follower(afterReload bool) <-chan reply {
+	if !afterReload {
+		return c.send(context.Background(), "r2", followerWork, "", false, false, nil)
+	}
+	// Right after a reload a new connection may be reset unanswered: Caddy's old and
+	// new listeners share the port (SO_REUSEPORT), and the kernel resets what is
+	// queued on the old one when it closes. Once more, then.
+	out := make(chan reply, 1)
+	go func() {
+		r := <-c.send(context.Background(), "r2", followerWork, "", false, false, nil)
+		if r.status == 0 {
+			r = <-c.send(context.Background(), "r2", followerWork, "", false, false, nil)
+		}
+		out <- r
+	}()
+	return out
+}
+
 // cellCaddy is a cell's cmd/caddy process.
 type cellCaddy struct {
 	url, admin string

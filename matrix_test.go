@@ -46,7 +46,6 @@ package caddyredlock
 import (
 	"context"
 	"fmt"
-	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -456,54 +455,20 @@ func runCell(t *testing.T, row matrixRow, end matrixEnd) (broken []string) {
 	wit := newWitness(t, servers, matrixPrefix, matrixKey)
 	defer wit.halt()
 	run := &cellRun{row: row, end: end}
+	cl := cellClients{p: p, row: row}
 
-	work, first := workFor(row, end)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	abort := make(chan struct{})
-	h2 := end == endH2Reset
-	send := func(id, work, first string, tunnel bool, ctx context.Context, abort <-chan struct{}) <-chan reply {
-		hdr := http.Header{"X-Req-Id": {id}, "X-Work": {work}}
-		if first != "" {
-			hdr.Set("X-Work-First", first)
-		}
-		out := make(chan reply, 1)
-		go func() {
-			if tunnel {
-				out <- tunnelClient(ctx, p.hostport, hdr, abort)
-				return
-			}
-			c := matrixClient(h2 && id == "r1")
-			defer c.CloseIdleConnections()
-			out <- exchange(ctx, c, row.method, p.url+"/res", hdr)
-		}()
-		return out
-	}
-	mainDone := send("r1", work, first, row.tunnel, ctx, abort)
+	work, first := workFor(row, end)
+	mainDone := cl.send(ctx, "r1", work, first, row.tunnel, end == endH2Reset, abort)
 	var follDone <-chan reply
 	follow := func() {
-		if !follows(row, end) {
-			return
+		if follows(row, end) {
+			run.followed = true
+			follDone = cl.follower(end == endReload)
 		}
-		run.followed = true
-		if end != endReload {
-			follDone = send("r2", followerWork, "", false, context.Background(), nil)
-			return
-		}
-		// Right after a reload a new connection may be reset unanswered: Caddy's old
-		// and new listeners share the port (SO_REUSEPORT), and the kernel resets what
-		// is queued on the old one when it closes. Once more, then.
-		out := make(chan reply, 1)
-		follDone = out
-		go func() {
-			r := <-send("r2", followerWork, "", false, context.Background(), nil)
-			if r.status == 0 {
-				r = <-send("r2", followerWork, "", false, context.Background(), nil)
-			}
-			out <- r
-		}()
 	}
-
 	if row.static {
 		run.main = <-mainDone
 		wit.start()
@@ -537,7 +502,24 @@ func runCell(t *testing.T, row matrixRow, end matrixEnd) (broken []string) {
 	if follDone != nil {
 		run.foll = <-follDone
 	}
-	if end == endShutdown {
+	after := settle(t, p, up, wit, run)
+	for _, problem := range judge(run, up, wit, after) {
+		t.Error(problem)
+		if rule, _, _ := strings.Cut(problem, ":"); !slices.Contains(broken, rule) {
+			broken = append(broken, rule)
+		}
+	}
+	if t.Failed() || os.Getenv("REDLOCK_MATRIX_VERBOSE") != "" {
+		t.Log(describeCell(run, up, wit))
+	}
+	return broken
+}
+
+// settle waits for the cell to come to rest: Caddy gone (the shutdown column), every
+// attempt ended, the witness holding the key once after that. It returns the moment
+// the drain bound counts from.
+func settle(t *testing.T, p *cellCaddy, up *ledger, wit *witness, run *cellRun) (after time.Time) {
+	if run.end == endShutdown {
 		// An exiting Caddy keeps its locks renewed until it is gone (Cleanup waits for
 		// what still runs), then leaves them to expire: the drain bound counts from
 		// the exit.
@@ -552,23 +534,13 @@ func runCell(t *testing.T, row matrixRow, end matrixEnd) (broken []string) {
 		t.Errorf("upstream work still running 15s after the exchange: %v", up.snapshot())
 	}
 	_, run.lastWork = up.allDone()
-	after := latest(run.lastWork, run.lifted, run.main.at, run.foll.at)
+	after = latest(run.lastWork, run.lifted, run.main.at, run.foll.at)
 	eventually(matrixTTL+matrixMargin+5*time.Second, func() bool {
 		run.free, run.freeFound = wit.heldSince(after)
 		return run.freeFound
 	})
 	wit.halt()
-
-	for _, problem := range judge(run, up, wit, after) {
-		t.Error(problem)
-		if rule, _, _ := strings.Cut(problem, ":"); !slices.Contains(broken, rule) {
-			broken = append(broken, rule)
-		}
-	}
-	if t.Failed() || os.Getenv("REDLOCK_MATRIX_VERBOSE") != "" {
-		t.Log(describeCell(run, up, wit))
-	}
-	return broken
+	return after
 }
 
 // faultFor does what the column does to the running exchange.
@@ -638,113 +610,143 @@ func latest(ts ...time.Time) time.Time {
 	return l
 }
 
-// judge checks a finished cell (see the file comment for the rules).
+// judge checks a finished cell against the rules of the file comment and returns what
+// it found, each problem prefixed with its rule.
 func judge(run *cellRun, up *ledger, wit *witness, after time.Time) []string {
-	var out []string
-	bad := func(rule, format string, args ...any) {
-		out = append(out, rule+": "+fmt.Sprintf(format, args...))
-	}
-	attempts := up.snapshot()
-	holds, tries := wit.snapshot()
-	row, end := run.row, run.end
-	unlockedByDesign := row.dryRun && end.lost() // dry run goes on unlocked after a loss
+	j := &judgement{run: run, up: up, attempts: up.snapshot()}
+	j.holds, j.tries = wit.snapshot()
 	if len(up.errs) > 0 {
-		bad("upstream", "%v", up.errs)
+		j.bad("upstream", "%v", up.errs)
 	}
+	j.exclusion()
+	j.afterLoss()
+	j.outcomes()
+	j.drained(after)
+	return j.out
+}
 
-	// cover is the part of an attempt the request's lock must cover.
-	cover := func(a attempt) interval {
-		iv := interval{a.start, a.end}
-		if end.external() && a.req == "r1" && a.how == endCancelled && a.start.Before(run.lossLower) && a.end.After(run.lossLower) {
-			iv.to = run.lossLower
-		}
-		return iv
+// judgement is judge's state.
+type judgement struct {
+	run      *cellRun
+	up       *ledger
+	attempts []attempt
+	holds    []interval
+	tries    int
+	out      []string
+}
+
+func (j *judgement) bad(rule, format string, args ...any) {
+	j.out = append(j.out, rule+": "+fmt.Sprintf(format, args...))
+}
+
+// cover is the part of an attempt the request's lock must cover: all of it, but for the
+// allowance of a force release or outage that Caddy passed on to the upstream.
+func (j *judgement) cover(a attempt) interval {
+	iv := interval{a.start, a.end}
+	lower := j.run.lossLower
+	if j.run.end.external() && a.req == "r1" && a.how == endCancelled && a.start.Before(lower) && a.end.After(lower) {
+		iv.to = lower
 	}
-	for i, a := range attempts {
+	return iv
+}
+
+// exclusion: tokens, keys, and no overlap with another request or the witness.
+func (j *judgement) exclusion() {
+	up := j.up
+	for i, a := range j.attempts {
 		if a.key != matrixKey {
-			bad("key", "%s reached the upstream with key %q", up.describe(a), a.key)
+			j.bad("key", "%s reached the upstream with key %q", up.describe(a), a.key)
 		}
-		if a.token == "" && !row.dryRun {
-			bad("tokens", "%s carries no fencing token: it reached the upstream without a lock of its own", up.describe(a))
+		if a.token == "" {
+			j.bad("tokens", "%s carries no fencing token: it reached the upstream without a lock of its own", up.describe(a))
 		}
-		if unlockedByDesign {
-			continue
+		if j.run.row.dryRun && j.run.end.lost() {
+			continue // dry run goes on unlocked after a loss, by design
 		}
-		for _, b := range attempts[i+1:] {
-			if a.req != b.req && overlaps(cover(a), cover(b)) {
-				bad("exclusion", "two requests worked on the key at once: %s and %s", up.describe(a), up.describe(b))
+		for _, b := range j.attempts[i+1:] {
+			if a.req != b.req && overlaps(j.cover(a), j.cover(b)) {
+				j.bad("exclusion", "two requests worked on the key at once: %s and %s", up.describe(a), up.describe(b))
 			}
 		}
-		for _, h := range holds {
-			if overlaps(cover(a), h) {
-				bad("exclusion", "the upstream worked while another client held the key (witness hold [%s, %s]): %s",
+		for _, h := range j.holds {
+			if overlaps(j.cover(a), h) {
+				j.bad("exclusion", "the upstream worked while another client held the key (witness hold [%s, %s]): %s",
 					up.at(h.from), up.at(h.to), up.describe(a))
 				break
 			}
 		}
 	}
+}
 
-	if end.lost() && !row.dryRun {
-		lossUpper := run.lossUpper
-		if end == endMaxHold {
-			// max_hold counts from the acquire (or earlier), which precedes the first attempt.
-			for _, a := range attempts {
-				if a.req == "r1" && (lossUpper.IsZero() || a.start.Add(matrixMaxHold).Before(lossUpper)) {
-					lossUpper = a.start.Add(matrixMaxHold)
-				}
-			}
-		}
-		for _, a := range attempts {
-			if a.req != "r1" {
-				continue
-			}
-			if a.start.After(lossUpper) {
-				bad("after loss", "%s started after the lock was lost (by %s): a retry or a re-proxy ran unlocked", up.describe(a), up.at(lossUpper))
-			}
-			if end.external() && a.how == endCompleted && a.end.After(lossUpper) {
-				bad("after loss", "%s ran to its end after the lock was lost (by %s): Caddy never stopped it", up.describe(a), up.at(lossUpper))
-			}
-		}
-		if strings.Contains(run.main.body, " post\n") {
-			bad("after loss", "the client got bytes the upstream wrote after Caddy counted the lock lost (at %s): %q", up.at(run.lossSeen), tail(run.main.body, 3))
-		}
-	}
-
-	if end == endShutdown {
-		// Caddy exiting cuts the request like a loss does: nothing retries or proxies
-		// it again.
-		for _, a := range attempts {
+// afterLoss: nothing starts after a loss (or a stop), nothing runs on to its end after a
+// force release or outage, nothing written after the loss reaches the client.
+func (j *judgement) afterLoss() {
+	run, up := j.run, j.up
+	if run.end == endShutdown {
+		for _, a := range j.attempts {
 			if a.req == "r1" && a.start.After(run.stopAt) {
-				bad("after loss", "%s started after Caddy began to stop (at %s): a retry or a re-proxy", up.describe(a), up.at(run.stopAt))
+				j.bad("after loss", "%s started after Caddy began to stop (at %s): a retry or a re-proxy", up.describe(a), up.at(run.stopAt))
 			}
 		}
 	}
+	if !run.end.lost() || run.row.dryRun {
+		return
+	}
+	lossUpper := run.lossUpper
+	if run.end == endMaxHold {
+		// max_hold counts from the acquire (or earlier), which precedes the first attempt.
+		for _, a := range j.attempts {
+			if a.req == "r1" && (lossUpper.IsZero() || a.start.Add(matrixMaxHold).Before(lossUpper)) {
+				lossUpper = a.start.Add(matrixMaxHold)
+			}
+		}
+	}
+	for _, a := range j.attempts {
+		if a.req != "r1" {
+			continue
+		}
+		if a.start.After(lossUpper) {
+			j.bad("after loss", "%s started after the lock was lost (by %s): a retry or a re-proxy ran unlocked", up.describe(a), up.at(lossUpper))
+		}
+		if run.end.external() && a.how == endCompleted && a.end.After(lossUpper) {
+			j.bad("after loss", "%s ran to its end after the lock was lost (by %s): Caddy never stopped it", up.describe(a), up.at(lossUpper))
+		}
+	}
+	if strings.Contains(run.main.body, " post\n") {
+		j.bad("after loss", "the client got bytes the upstream wrote after Caddy counted the lock lost (at %s): %q", up.at(run.lossSeen), tail(run.main.body, 3))
+	}
+}
 
-	switch want := expectMain(row, end); {
-	case want == completed && !run.main.complete(row.static):
-		bad("outcome", "r1 should have completed: %v", run.main)
-	case want == cutShort && run.main.complete(row.static):
-		bad("outcome", "r1 should have been cut short: %v", run.main)
+// outcomes: what the clients saw, and whether the cell did what its column says.
+func (j *judgement) outcomes() {
+	run := j.run
+	switch want := expectMain(run.row, run.end); {
+	case want == completed && !run.main.complete(run.row.static):
+		j.bad("outcome", "r1 should have completed: %v", run.main)
+	case want == cutShort && run.main.complete(run.row.static):
+		j.bad("outcome", "r1 should have been cut short: %v", run.main)
 	}
-	if run.followed && expectFollower(row, end) == completed && !run.foll.complete(row.static) {
-		bad("outcome", "the follower r2 should have completed: %v", run.foll)
+	if run.followed && expectFollower(run.row, run.end) == completed && !run.foll.complete(run.row.static) {
+		j.bad("outcome", "the follower r2 should have completed: %v", run.foll)
 	}
-	if end == endRetry && count(attempts, "r1") < 2 {
-		bad("cell", "no retry happened: %d attempt(s)", count(attempts, "r1"))
+	if n := count(j.attempts, "r1"); run.end == endRetry && n < 2 {
+		j.bad("cell", "no retry happened: %d attempt(s)", n)
 	}
-	if end == endH2Reset && run.main.proto != 0 && run.main.proto != 2 {
-		bad("cell", "the stream reset was not HTTP/2: %v", run.main)
+	if run.end == endH2Reset && run.main.proto != 0 && run.main.proto != 2 {
+		j.bad("cell", "the stream reset was not HTTP/2: %v", run.main)
 	}
+}
 
-	// Drained, not kept.
+// drained: the witness got the key within a ttl and the margin of after.
+func (j *judgement) drained(after time.Time) {
+	run := j.run
 	switch {
 	case !run.freeFound:
-		bad("drain", "the key was still held %v after the work ended (at %s; witness tries: %d)", time.Since(after).Round(time.Millisecond), up.at(after), tries)
+		j.bad("drain", "the key was still held %v after the work ended (at %s; witness tries: %d)", time.Since(after).Round(time.Millisecond), j.up.at(after), j.tries)
 	case run.free.from.Sub(after) > matrixTTL+matrixMargin:
-		bad("drain", "the key was kept %v after the work ended and the fault was lifted (at %s), more than a ttl (%v) plus %v",
-			run.free.from.Sub(after).Round(time.Millisecond), up.at(after), matrixTTL, matrixMargin)
+		j.bad("drain", "the key was kept %v after the work ended and the fault was lifted (at %s), more than a ttl (%v) plus %v",
+			run.free.from.Sub(after).Round(time.Millisecond), j.up.at(after), matrixTTL, matrixMargin)
 	}
-	return out
 }
 
 func count(attempts []attempt, req string) int {
