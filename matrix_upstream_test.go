@@ -270,8 +270,11 @@ func (l *ledger) serve(w http.ResponseWriter, r *http.Request, via string) {
 		l.finish(a, endCompleted)
 		return
 	}
-	if r.Body != nil {
-		_, _ = io.Copy(io.Discard, r.Body) // the buffered row's request body
+	if r.ContentLength != 0 {
+		// The buffered row's request body. (Not read when there is none: net/http/fcgi
+		// hands every bodiless request one shared strings.Reader, which concurrent
+		// reads race on.)
+		_, _ = io.Copy(io.Discard, r.Body)
 	}
 	rc := http.NewResponseController(w)
 	write := func(s string) error {
