@@ -5,7 +5,8 @@ package caddyredlock
 // handle_response, streaming, a websocket tunnel; FastCGI; handle_errors routes that
 // proxy again; static responses; dry run), each column a way the exchange ends (clean,
 // client abort, HTTP/2 stream reset, response_header_timeout, a retry, the lock lost by
-// force release, by a majority outage or by max_hold, shutdown, reload). Every cell runs
+// force release, by a majority outage or by max_hold, shutdown, reload, the key busy
+// until the wait runs out). Every cell runs
 // the same script against its own cmd/caddy process, its own three redis-servers and
 // its own upstream (matrix_upstream_test.go), and judges the upstream's ledger:
 //
@@ -26,9 +27,10 @@ package caddyredlock
 //     nothing starts after POST /stop.
 //   - drained, not kept: the witness gets the key within one ttl (plus a margin for a
 //     busy machine) after the last work ended and the fault was lifted.
-//   - outcomes: the main request ends as the column says (complete, or cut short), and a
-//     second request of the key (the follower) is served in full afterwards: a loss must
-//     not take a healthy upstream out of rotation.
+//   - outcomes: the main request ends as the column says (complete, cut short, refused),
+//     and a second request of the key (the follower) is served in full afterwards: a
+//     loss must not take a healthy upstream out of rotation.
+//   - refused: a request refused because its key is busy never reaches the upstream.
 //
 // Only the drain bound involves a duration; everything else is judged from the order
 // of recorded events, all on the test process's clock.
@@ -92,9 +94,10 @@ const (
 	endMaxHold  matrixEnd = "maxhold"       // max_hold runs out while the upstream works
 	endShutdown matrixEnd = "shutdown"      // POST /stop (caddy stop) while the request runs
 	endReload   matrixEnd = "reload"        // POST /load of a changed config while the request runs
+	endBusy     matrixEnd = "busy"          // another client holds the key throughout: the wait runs out (423)
 )
 
-var everyEnd = []matrixEnd{endClean, endAbort, endH2Reset, endTimeout, endRetry, endForce, endOutage, endMaxHold, endShutdown, endReload}
+var everyEnd = []matrixEnd{endClean, endAbort, endH2Reset, endTimeout, endRetry, endForce, endOutage, endMaxHold, endShutdown, endReload, endBusy}
 
 // except is every end but those given.
 func except(ends ...matrixEnd) []matrixEnd {
@@ -132,12 +135,17 @@ type cellConfig struct {
 	root          string // php_fastcgi's root, holding an index.php
 	headerTimeout bool   // the headertimeout and retry columns: the proxy gives up on late headers
 	maxHold       bool
+	shortWait     bool // the busy column: the wait runs out
 	dryRun        bool
 	generation    int // bumped by the reload column
 }
 
 func (c cellConfig) redlockBlock() string {
 	var extra string
+	wait := "15s"
+	if c.shortWait {
+		wait = "300ms"
+	}
 	if c.maxHold {
 		extra += "\n\t\tmax_hold " + matrixMaxHold.String()
 	}
@@ -150,12 +158,12 @@ func (c cellConfig) redlockBlock() string {
 		prefix %s
 		key %s
 		ttl %v
-		wait 15s
+		wait %s
 		node_timeout %v
 		fencing%s
 	}
 	header X-Matrix-Generation %d
-`, c.redis, matrixPrefix, matrixKey, matrixTTL, matrixNodeTimeout, extra, c.generation)
+`, c.redis, matrixPrefix, matrixKey, matrixTTL, wait, matrixNodeTimeout, extra, c.generation)
 }
 
 // proxy is a reverse_proxy block to the ledger's HTTP side with extra subdirectives.
@@ -227,7 +235,7 @@ var matrixRows = []matrixRow{
 	{name: "static", method: "GET", static: true,
 		// respond answers at once: there is no moment to abort, reset, time out, retry,
 		// lose the lock, stop or reload in.
-		ends: []matrixEnd{endClean},
+		ends: []matrixEnd{endClean, endBusy},
 		site: func(c cellConfig) string { return "\trespond \"static ok\"\n" }},
 	{name: "dryrun", method: "GET", dryRun: true,
 		ends: except(endRetry), // no retries configured
@@ -296,7 +304,7 @@ func TestRequestMatrix(t *testing.T) {
 }
 
 // ruleCodes are the judge's rules as the summary table shows them.
-var ruleCodes = map[string]string{"tokens": "T", "exclusion": "E", "after loss": "L", "outcome": "O", "drain": "D", "key": "K", "cell": "C", "upstream": "U"}
+var ruleCodes = map[string]string{"tokens": "T", "exclusion": "E", "after loss": "L", "outcome": "O", "refused": "R", "drain": "D", "key": "K", "cell": "C", "upstream": "U"}
 
 func ruleLegend() string {
 	var l []string
@@ -365,6 +373,8 @@ func workFor(row matrixRow, end matrixEnd) (work, first string) {
 		return "d=900ms,stream,deaf", ""
 	case endReload:
 		return "d=1200ms,stream", ""
+	case endBusy:
+		return "d=400ms,stream", "" // what dry run lets through
 	}
 	panic("no work for " + end)
 }
@@ -378,15 +388,20 @@ const (
 	anyOutcome outcome = iota
 	completed          // 200 and the whole body ("done" at its end)
 	cutShort           // anything but that
+	refused            // the busy status (423)
 )
 
-func (o outcome) String() string { return [...]string{"any", "complete", "cut short"}[o] }
+func (o outcome) String() string { return [...]string{"any", "complete", "cut short", "refused"}[o] }
 
 // expectMain is the main request's outcome in a cell.
 func expectMain(row matrixRow, end matrixEnd) outcome {
 	switch {
-	case row.dryRun && end.lost():
-		return completed // dry run never cuts a request: a loss is counted and logged
+	case row.dryRun && (end.lost() || end == endBusy):
+		return completed // dry run never cuts or refuses a request: it counts and logs
+	case end == endBusy && row.name == "handleerrors":
+		return anyOutcome // the error route answers
+	case end == endBusy:
+		return refused
 	case end == endClean, end == endRetry:
 		return completed
 	case end == endReload:
@@ -445,7 +460,7 @@ func runCell(t *testing.T, row matrixRow, end matrixEnd) (broken []string) {
 		t.Fatal(err)
 	}
 	cfg := cellConfig{redis: redisLine(servers), up: up.httpAddr, fcgi: up.fcgiAddr, root: root,
-		headerTimeout: end == endTimeout || end == endRetry, maxHold: end == endMaxHold, dryRun: row.dryRun}
+		headerTimeout: end == endTimeout || end == endRetry, maxHold: end == endMaxHold, shortWait: end == endBusy, dryRun: row.dryRun}
 	grace := "10s"
 	if end == endShutdown {
 		grace = "200ms" // the stop cuts the request instead of waiting for it
@@ -457,6 +472,10 @@ func runCell(t *testing.T, row matrixRow, end matrixEnd) (broken []string) {
 	run := &cellRun{row: row, end: end}
 	cl := cellClients{p: p, row: row}
 
+	var releaseHolder func()
+	if end == endBusy {
+		releaseHolder = holdKey(t, servers, matrixPrefix, matrixKey, matrixTTL)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	abort := make(chan struct{})
@@ -469,11 +488,19 @@ func runCell(t *testing.T, row matrixRow, end matrixEnd) (broken []string) {
 			follDone = cl.follower(end == endReload)
 		}
 	}
-	if row.static {
+	switch {
+	case end == endBusy:
+		// The holder (another Redlock client) keeps the key until r1 has its answer.
+		run.main = <-mainDone
+		releaseHolder()
+		run.lifted = time.Now()
+		wit.start()
+		follow()
+	case row.static:
 		run.main = <-mainDone
 		wit.start()
 		follow()
-	} else {
+	default:
 		if !eventually(10*time.Second, func() bool { return up.working("r1") }) {
 			select {
 			case r := <-mainDone:
@@ -650,6 +677,12 @@ func (j *judgement) cover(a attempt) interval {
 	return iv
 }
 
+// unlockedByDesign: dry run serves a request whose key is taken, and goes on after a
+// loss, unlocked.
+func (j *judgement) unlockedByDesign() bool {
+	return j.run.row.dryRun && (j.run.end.lost() || j.run.end == endBusy)
+}
+
 // exclusion: tokens, keys, and no overlap with another request or the witness.
 func (j *judgement) exclusion() {
 	up := j.up
@@ -657,11 +690,11 @@ func (j *judgement) exclusion() {
 		if a.key != matrixKey {
 			j.bad("key", "%s reached the upstream with key %q", up.describe(a), a.key)
 		}
+		if j.unlockedByDesign() {
+			continue
+		}
 		if a.token == "" {
 			j.bad("tokens", "%s carries no fencing token: it reached the upstream without a lock of its own", up.describe(a))
-		}
-		if j.run.row.dryRun && j.run.end.lost() {
-			continue // dry run goes on unlocked after a loss, by design
 		}
 		for _, b := range j.attempts[i+1:] {
 			if a.req != b.req && overlaps(j.cover(a), j.cover(b)) {
@@ -725,6 +758,16 @@ func (j *judgement) outcomes() {
 		j.bad("outcome", "r1 should have completed: %v", run.main)
 	case want == cutShort && run.main.complete(run.row.static):
 		j.bad("outcome", "r1 should have been cut short: %v", run.main)
+	case want == refused && run.main.status != 423:
+		j.bad("outcome", "r1 should have been refused (423): %v", run.main)
+	}
+	if run.end == endBusy && !run.row.dryRun {
+		// "wait runs out: busy_status (423) + Retry-After; nothing is sent upstream"
+		for _, a := range j.attempts {
+			if a.req == "r1" {
+				j.bad("refused", "r1 was refused (its key busy) yet reached the upstream: %s", j.up.describe(a))
+			}
+		}
 	}
 	if run.followed && expectFollower(run.row, run.end) == completed && !run.foll.complete(run.row.static) {
 		j.bad("outcome", "the follower r2 should have completed: %v", run.foll)
