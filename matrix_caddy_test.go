@@ -55,9 +55,9 @@ func matrixClient(h2 bool) *http.Client {
 	return &http.Client{Transport: tr, Timeout: 30 * time.Second}
 }
 
-// exchange sends one request and reads the whole response (until ctx is cancelled: the
+// roundTrip sends one request and reads the whole response (until ctx is cancelled: the
 // client abort and the stream reset).
-func exchange(ctx context.Context, c *http.Client, method, url string, hdr http.Header) reply {
+func roundTrip(ctx context.Context, c *http.Client, method, url string, hdr http.Header) reply {
 	var body io.Reader
 	if method == "POST" {
 		body = bytes.NewReader(bytes.Repeat([]byte("b"), 64<<10))
@@ -99,7 +99,7 @@ func (c cellClients) send(ctx context.Context, id, work, first string, tunnel, h
 		}
 		hc := matrixClient(h2)
 		defer hc.CloseIdleConnections()
-		out <- exchange(ctx, hc, c.row.method, c.p.url+"/res", hdr)
+		out <- roundTrip(ctx, hc, c.row.method, c.p.url+"/res", hdr)
 	}()
 	return out
 }
