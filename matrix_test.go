@@ -385,10 +385,10 @@ const followerWork = "d=100ms,stream"
 type outcome int
 
 const (
-	anyOutcome outcome = iota
-	completed          // 200 and the whole body ("done" at its end)
-	cutShort           // anything but that
-	refused            // the busy status (423)
+	wantAny      outcome = iota
+	wantComplete         // 200 and the whole body ("done" at its end)
+	wantCut              // anything but that
+	wantRefused          // the busy status (423)
 )
 
 func (o outcome) String() string { return [...]string{"any", "complete", "cut short", "refused"}[o] }
@@ -397,27 +397,27 @@ func (o outcome) String() string { return [...]string{"any", "complete", "cut sh
 func expectMain(row matrixRow, end matrixEnd) outcome {
 	switch {
 	case row.dryRun && (end.lost() || end == endBusy):
-		return completed // dry run never cuts or refuses a request: it counts and logs
+		return wantComplete // dry run never cuts or refuses a request: it counts and logs
 	case end == endBusy && row.name == "handleerrors":
-		return anyOutcome // the error route answers
+		return wantAny // the error route answers
 	case end == endBusy:
-		return refused
+		return wantRefused
 	case end == endClean, end == endRetry:
-		return completed
+		return wantComplete
 	case end == endReload:
 		if row.tunnel {
-			return cutShort // reverse_proxy closes its tunnels when its config is unloaded
+			return wantCut // reverse_proxy closes its tunnels when its config is unloaded
 		}
-		return completed
+		return wantComplete
 	case end == endTimeout && row.name == "handleerrors":
-		return anyOutcome // the error route answers
+		return wantAny // the error route answers
 	case end == endTimeout, end.lost():
-		return cutShort
+		return wantCut
 	}
 	// The client cut it itself; or Caddy stopped, which cuts what reverse_proxy
 	// streams but not what its FastCGI transport does (it ignores the context): the
 	// ledger judges both.
-	return anyOutcome
+	return wantAny
 }
 
 // follows reports whether a cell sends a follower, and expectFollower what it must see.
@@ -429,9 +429,9 @@ func follows(row matrixRow, end matrixEnd) bool {
 
 func expectFollower(row matrixRow, end matrixEnd) outcome {
 	if row.name == "passive" && end == endTimeout {
-		return anyOutcome // a timed-out upstream is out of rotation (max_fails 1): a 503 is right
+		return wantAny // a timed-out upstream is out of rotation (max_fails 1): a 503 is right
 	}
-	return completed
+	return wantComplete
 }
 
 // cellRun is what a cell recorded besides the ledger and the witness.
@@ -754,11 +754,11 @@ func (j *judgement) afterLoss() {
 func (j *judgement) outcomes() {
 	run := j.run
 	switch want := expectMain(run.row, run.end); {
-	case want == completed && !run.main.complete(run.row.static):
+	case want == wantComplete && !run.main.complete(run.row.static):
 		j.bad("outcome", "r1 should have completed: %v", run.main)
-	case want == cutShort && run.main.complete(run.row.static):
+	case want == wantCut && run.main.complete(run.row.static):
 		j.bad("outcome", "r1 should have been cut short: %v", run.main)
-	case want == refused && run.main.status != 423:
+	case want == wantRefused && run.main.status != 423:
 		j.bad("outcome", "r1 should have been refused (423): %v", run.main)
 	}
 	if run.end == endBusy && !run.row.dryRun {
@@ -769,7 +769,7 @@ func (j *judgement) outcomes() {
 			}
 		}
 	}
-	if run.followed && expectFollower(run.row, run.end) == completed && !run.foll.complete(run.row.static) {
+	if run.followed && expectFollower(run.row, run.end) == wantComplete && !run.foll.complete(run.row.static) {
 		j.bad("outcome", "the follower r2 should have completed: %v", run.foll)
 	}
 	if n := count(j.attempts, "r1"); run.end == endRetry && n < 2 {
