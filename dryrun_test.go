@@ -1,10 +1,13 @@
 package caddyredlock
 
 import (
+	"bufio"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -80,4 +83,68 @@ func TestDryRun(t *testing.T) {
 	noKeysLeft(t, servers, "dry:")
 	logs, _ := os.ReadFile(s.logFile)
 	sec.check(t, map[string]string{"caddy log": string(logs), "admin": adm.all()})
+}
+
+// TestDryRunLossLetsTheRequestGoOn: dry run never refuses or cuts a request, so a lock
+// lost while its response streams (2 of 3 nodes paused past the validity) is counted
+// (caddy_redlock_locks_lost_total, and caddy_redlock_dry_run_total{reason="lost"}) and
+// logged, and the stream goes on to its end, uncancelled.
+func TestDryRunLossLetsTheRequestGoOn(t *testing.T) {
+	servers := redistest.StartN(t, 3)
+	finish, letFinish := newGate(t)
+	var cancelled atomic.Bool
+	up := newUpstream(t, 0, func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, "line 1\n")
+		w.(http.Flusher).Flush()
+		select {
+		case <-finish:
+			io.WriteString(w, "done\n")
+		case <-r.Context().Done():
+			cancelled.Store(true)
+		}
+	})
+	s := startCaddy(t, "", fmt.Sprintf(`
+	redlock {
+		%s
+		prefix dryloss:
+		ttl 1s
+		node_timeout 200ms
+		dry_run
+	}
+%s`, redisLine(servers), proxyStreaming(up)))
+	name := map[string]string{"reason": "lost"}
+	dryLostBefore := metricTotal(t, dryRunTotal, name)
+
+	resp, err := http.Get(s.url + "/live")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	br := bufio.NewReader(resp.Body)
+	if line, err := br.ReadString('\n'); err != nil || line != "line 1\n" {
+		t.Fatalf("first line: %q %v", line, err)
+	}
+	for _, srv := range servers[:2] {
+		if err := srv.Pause(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	counted := eventually(10*time.Second, func() bool { return metricTotal(t, dryRunTotal, name) > dryLostBefore })
+	for _, srv := range servers[:2] {
+		if err := srv.Resume(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !counted {
+		t.Fatal("the loss was not counted as a dry run loss")
+	}
+	letFinish()
+	rest, err := io.ReadAll(br)
+	if err != nil || string(rest) != "done\n" || cancelled.Load() {
+		t.Errorf("after the loss: rest %q, %v, upstream cancelled %v; want the stream to end normally", rest, err, cancelled.Load())
+	}
+	if !s.logContains("redlock dry run: lock lost", `"key":"/live"`, `"reason":"expired"`) {
+		t.Error("the loss was not logged")
+	}
+	noKeysLeft(t, servers, "dryloss:")
 }

@@ -1,6 +1,10 @@
 package caddyredlock
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/caddy-redlock/caddy-redlock/redlock"
+)
 
 // The end-of-request rule, case by case.
 func TestEndOf(t *testing.T) {
@@ -10,16 +14,26 @@ func TestEndOf(t *testing.T) {
 		want endAction
 	}{
 		{"completed", requestEnd{}, endHandOver},
-		{"completed, lock lost meanwhile (HandOver refuses it)", requestEnd{allLost: true}, endHandOver},
+		{"completed, lock lost meanwhile (HandOver refuses it)", requestEnd{allGone: true}, endHandOver},
 		{"client went away", requestEnd{cancelled: true}, endDrain},
-		{"lost while running (context cancelled)", requestEnd{cancelled: true, allLost: true}, endRelease},
+		{"lost while running (context cancelled)", requestEnd{cancelled: true, allGone: true}, endRelease},
+		{"max_hold reached (cancelled; the lock still stands on the nodes)", requestEnd{cancelled: true}, endDrain},
 		{"reverse_proxy aborted the response", requestEnd{abortPanic: true}, endDrain},
 		{"upstream error that may leave it working", requestEnd{mayWork: true}, endDrain},
-		{"upstream error, lock lost", requestEnd{mayWork: true, allLost: true}, endRelease},
+		{"upstream error, lock lost", requestEnd{mayWork: true, allGone: true}, endRelease},
 		{"tunnel closed cleanly on both sides", requestEnd{tunnel: tunnelClean}, endHandOver},
 		{"tunnel cut (reset, stream_timeout)", requestEnd{tunnel: tunnelCut}, endDrain},
-		{"tunnel cut, lock lost", requestEnd{tunnel: tunnelCut, allLost: true}, endRelease},
+		{"tunnel cut, lock lost", requestEnd{tunnel: tunnelCut, allGone: true}, endRelease},
 		{"upgrade answered without switching", requestEnd{tunnel: tunnelNone}, endHandOver},
+		{"one attempt, not retried", requestEnd{unsent: 0}, endHandOver},
+		{"retried after a dial error (written: the last attempt only)", requestEnd{retries: 1, unsent: 1}, endHandOver},
+		{"retried twice after dial errors", requestEnd{retries: 2, unsent: 2}, endHandOver},
+		{"retried after an attempt that was written (response_header_timeout)", requestEnd{retries: 1, unsent: 0}, endDrain},
+		{"retried twice, one dial error and one written attempt", requestEnd{retries: 2, unsent: 1}, endDrain},
+		{"retried, transport not traced (FastCGI, HTTP/3)", requestEnd{retries: 1, unsent: 0}, endDrain},
+		{"retried after a written attempt, lock lost", requestEnd{retries: 1, allGone: true}, endRelease},
+		{"a round trip ended unwritten without a retry (Go's own retry on a stale connection)", requestEnd{unsent: 1}, endHandOver},
+		{"more unwritten round trips than retries (cannot be matched)", requestEnd{retries: 1, unsent: 2}, endDrain},
 	}
 	for _, tc := range cases {
 		if got := endOf(tc.end); got != tc.want {
@@ -37,7 +51,29 @@ func TestTunnelEndOfExtendedConnect(t *testing.T) {
 	if got := tunnelEndOf(noTunnel, nil); got != tunnelNone {
 		t.Fatalf("no tunnel: %v", got)
 	}
-	if got := tunnelEndOf(upgradeTunnel, newTunnelWatch(nil)); got != tunnelNone {
+	if got := tunnelEndOf(upgradeTunnel, &exchange{}); got != tunnelNone {
 		t.Fatalf("an upgrade never hijacked: %v, want none", got)
+	}
+}
+
+// Which lost locks keep nobody out any more: all but one past max_hold, which still
+// stands on the nodes until its validity ends.
+func TestLockGone(t *testing.T) {
+	cases := []struct {
+		err  error
+		want bool
+	}{
+		{nil, false},
+		{&redlock.LostError{Key: "k", Reason: redlock.LostMaxHold}, false},
+		{&redlock.LostError{Key: "k", Reason: redlock.LostExpired}, true},
+		{&redlock.LostError{Key: "k", Reason: redlock.LostTaken}, true},
+		{&redlock.LostError{Key: "k", Reason: redlock.LostVanished}, true},
+		{&redlock.LostError{Key: "k", Reason: redlock.LostForceReleased}, true},
+		{redlock.ErrReleased, true},
+	}
+	for _, tc := range cases {
+		if got := lockGone(tc.err); got != tc.want {
+			t.Errorf("%v: gone %v, want %v", tc.err, got, tc.want)
+		}
 	}
 }

@@ -87,30 +87,38 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 }
 
 // serveLocked runs next while the request's locks are held: renewed, watched (a lost
-// lock cancels ctx) and, on every way out, finished (released, handed over or drained).
+// lock cuts the request: its writes refused, its context cancelled) and, on every way
+// out, finished (released, handed over or drained).
 func (h *Handler) serveLocked(ctx context.Context, w http.ResponseWriter, r *http.Request, next caddyhttp.Handler,
-	repl *caddy.Replacer, l heldLocks, e *inflight) error {
+	repl *caddy.Replacer, l heldLocks, e *inflight) (err error) {
 	key := e.key
-	// An upgraded connection is watched: its tunnel's end decides as much as next's
-	// error does (tunnel.go).
+	// next writes through x (exchange.go); an upgraded connection is watched there too:
+	// its tunnel's end decides as much as next's error does (tunnel.go).
 	kind := tunnelOf(r)
-	var tw *tunnelWatch
-	if kind == upgradeTunnel {
-		tw = newTunnelWatch(w)
-		w = tw
-	}
+	x := &e.x
 	// Runs on every way out, panics included. ended is filled in only once next returned.
 	var ended requestEnd
+	abort := false // the response began before the lock was lost: it must not end as if whole
 	defer func() {
 		// reverse_proxy aborts a response the client stopped reading by panicking with
 		// http.ErrAbortHandler, possibly before the context shows the client is gone:
 		// the upstream may still be streaming, so that is a cut-short request too. Other
-		// panics (handler bugs) release at once. Either way the panic goes on up.
+		// panics (handler bugs) release at once. Either way the panic goes on up, but for
+		// the abort of a handler whose writes the loss refused before any reached the
+		// client: that request gets its 503.
 		if rec := recover(); rec != nil {
 			h.finish(l, e, r, requestEnd{abortPanic: rec == http.ErrAbortHandler, cancelled: ctx.Err() != nil})
+			if rec == http.ErrAbortHandler && x.lost.Load() != nil && !x.sent.Load() {
+				x.answerLost()
+				err = nil
+				return
+			}
 			panic(rec)
 		}
 		h.finish(l, e, r, ended)
+		if abort {
+			panic(http.ErrAbortHandler) // net/http then cuts the stream or connection
+		}
 	}()
 
 	if err := l.keepAlive(h.s.renew, h.s.maxHold); err != nil {
@@ -127,13 +135,28 @@ func (h *Handler) serveLocked(ctx context.Context, w http.ResponseWriter, r *htt
 		repl.Set(phToken, tok)
 	}
 	e.setHeld(l)
+	nextCtx := x.begin(ctx, w)
 	stop := h.watchLock(ctx, l, e, r)
 	defer stop() // on a panic in next; a no-op after the call below
-	err := next.ServeHTTP(w, r.WithContext(ctx))
+	err = next.ServeHTTP(x, r.WithContext(nextCtx))
 	stop()
-	ended = requestEnd{cancelled: ctx.Err() != nil, mayWork: upstreamMayStillWork(err, r), tunnel: tunnelEndOf(kind, tw)}
-	if cause := context.Cause(ctx); isLost(cause) && err != nil {
-		return fmt.Errorf("%w (request aborted: %v)", err, cause)
+	ended = requestEnd{cancelled: ctx.Err() != nil, mayWork: upstreamMayStillWork(err, r), tunnel: tunnelEndOf(kind, x),
+		retries: proxyRetries(repl), unsent: x.unsent()}
+	if x.lost.Load() != nil {
+		// Cut by the loss (never in dry run): next's error, if any, is that cut seen from
+		// behind. Returned, it would run handle_errors, which may proxy the request
+		// again, unlocked; the loss itself was logged when it happened.
+		if err != nil {
+			h.logger.Debug("redlock lock lost: the error of the handler behind is not passed on (no handle_errors)",
+				zap.String("key", key), zap.Error(err))
+		}
+		switch {
+		case !x.sent.Load():
+			x.answerLost()
+		case x.conn.Load() == nil: // a hijacked connection was closed with its tunnel
+			abort = true
+		}
+		return nil
 	}
 	return err
 }
@@ -143,7 +166,7 @@ func (h *Handler) serveLocked(ctx context.Context, w http.ResponseWriter, r *htt
 // locker.
 func (h *Handler) finish(l heldLocks, e *inflight, r *http.Request, ended requestEnd) {
 	if ended.cut() {
-		ended.allLost = l.allLost() // read only here: every request passes by
+		ended.allGone = locksGone(l) // read only here: every request passes by
 	}
 	action := endOf(ended)
 	if action == endHandOver && l.handOver() {
@@ -182,8 +205,9 @@ func (h *Handler) finish(l heldLocks, e *inflight, r *http.Request, ended reques
 	// Of several keys, those still held drain (a lost one drains with them: there is
 	// nothing left to keep).
 	e.setState(stateDraining)
-	h.logger.Debug("redlock request cut short, upstream error or tunnel not closed cleanly: lock kept one more ttl before release (draining)",
-		zap.String("key", e.key), zap.Bool("tunnel", ended.tunnel != tunnelNone), zap.Int64("held_ms", e.heldFor().Milliseconds()), tokenField(l))
+	h.logger.Debug("redlock request cut short, upstream error, retried or tunnel not closed cleanly: lock kept one more ttl before release (draining)",
+		zap.String("key", e.key), zap.Bool("tunnel", ended.tunnel != tunnelNone), zap.Int("retries", ended.retries),
+		zap.Int64("held_ms", e.heldFor().Milliseconds()), tokenField(l))
 	// The timer owns the lock and the request's table entry until it fires; it always
 	// fires (within one ttl), also on reloads and shutdown.
 	time.AfterFunc(h.s.lock.TTL, func() {
@@ -257,11 +281,14 @@ func retryAfter(d time.Duration) string {
 	return strconv.Itoa(max(1, int(math.Ceil(d.Seconds()))))
 }
 
-// watchLock cancels the request the moment one of its locks is lost, so that
-// reverse_proxy stops proxying (and closes streams and websockets) instead of running on
-// unlocked, and says so in the log. No goroutine waits meanwhile (Lock.Context and
-// context.AfterFunc). The returned stop ends the watch and, if the loss was already being
-// handled, waits for that; it may be called more than once.
+// watchLock cuts the request the moment one of its locks is lost: its writes are
+// refused from then on (exchange.go) and its context is cancelled with a cutCause, so
+// that reverse_proxy stops proxying (and closes streams and websockets) instead of
+// running on unlocked, and takes it for a cancellation, not an upstream failure. The
+// loss is counted and logged. In dry run the request goes on: the loss is only counted
+// (also as a dry run "lost") and logged. No goroutine waits meanwhile (Lock.Context and
+// context.AfterFunc). The returned stop ends the watch and, if the loss was already
+// being handled, waits for that; it may be called more than once.
 func (h *Handler) watchLock(ctx context.Context, l heldLocks, e *inflight, r *http.Request) (stop func()) {
 	lockCtx, cancelLockCtx := l.context(ctx)
 	handled := make(chan struct{})
@@ -271,13 +298,21 @@ func (h *Handler) watchLock(ctx context.Context, l heldLocks, e *inflight, r *ht
 		if !ok {
 			return // the request itself ended (client gone, Caddy exiting): not a loss
 		}
-		e.cancel(le)
+		if !h.s.dryRun {
+			e.x.cut(le) // first: no write may follow the cancellation
+			e.cancel(cutCause{le})
+		}
 		metrics.lost.WithLabelValues(h.label(), string(le.Reason)).Inc()
 		h.lockLostEvent(e, le)
-		h.logger.Error("redlock lock lost while the request ran: request aborted",
-			zap.String("key", e.key), zap.String("lost_key", le.Key), zap.String("reason", string(le.Reason)), zap.Int("renewals", l.renewals()),
-			zap.Int64("wait_ms", e.waitedFor().Milliseconds()), zap.Int64("held_ms", e.heldFor().Milliseconds()),
-			tokenField(l), zap.String("method", r.Method), zap.String("uri", r.RequestURI))
+		fields := []zap.Field{zap.String("key", e.key), zap.String("lost_key", le.Key), zap.String("reason", string(le.Reason)),
+			zap.Int("renewals", l.renewals()), zap.Int64("wait_ms", e.waitedFor().Milliseconds()),
+			zap.Int64("held_ms", e.heldFor().Milliseconds()), tokenField(l), zap.String("method", r.Method), zap.String("uri", r.RequestURI)}
+		if h.s.dryRun {
+			countDryRun(h.label(), "lost")
+			h.logger.Info("redlock dry run: lock lost while the request ran; it goes on unlocked (enforcing would have aborted it)", fields...)
+			return
+		}
+		h.logger.Error("redlock lock lost while the request ran: request aborted", fields...)
 	})
 	var once sync.Once
 	return func() {

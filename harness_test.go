@@ -446,6 +446,16 @@ func (u *upstream) seenKeys() []string {
 	return append([]string(nil), u.keys...)
 }
 
+// newGate returns a channel and the function that closes it, once; the test's end
+// closes it too, so that an upstream handler blocked on it cannot outlive the test.
+func newGate(t *testing.T) (<-chan struct{}, func()) {
+	ch := make(chan struct{})
+	var once sync.Once
+	open := func() { once.Do(func() { close(ch) }) }
+	t.Cleanup(open)
+	return ch, open
+}
+
 // proxyTo is the reverse_proxy block every test site uses: it passes the lock key so the
 // upstream can count per key.
 //

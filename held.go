@@ -84,16 +84,6 @@ func (hl heldLocks) err() error {
 	return released
 }
 
-// allLost reports whether no lock of the set keeps anyone out any more.
-func (hl heldLocks) allLost() bool {
-	for _, l := range hl {
-		if l.Info().Err == nil {
-			return false
-		}
-	}
-	return true
-}
-
 // renewals is the fewest renewals of any lock: the request's locks renew together.
 func (hl heldLocks) renewals() int {
 	n := -1

@@ -30,7 +30,7 @@ var (
 	}, []string{"name", "mode", "how"})
 	dryRunTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: metricsNamespace, Subsystem: metricsSubsystem, Name: "dry_run_total",
-		Help: "Requests that dry_run served unlocked although they would have waited or been refused, by reason: busy, unavailable, error.",
+		Help: "Requests that dry_run served unlocked although they would have waited, been refused or been cut, by reason: busy, unavailable, error, lost.",
 	}, []string{"name", "reason"})
 )
 

@@ -93,8 +93,10 @@ type Handler struct {
 	// DriftFactor is the clock drift allowance as a fraction of the ttl, in (0, 0.5).
 	// Default 0.01.
 	DriftFactor float64 `json:"drift_factor,omitempty"`
-	// MaxHold caps the total hold time: when it is reached the lock is given up and the
-	// request aborted. Default 0: no cap.
+	// MaxHold caps the hold, counted from when the lock was taken (the wait for it does
+	// not count): when it is reached, renewals stop and the request is cut; the key stays
+	// on the nodes until its validity ends, as the upstream may still be working. Default
+	// 0: no cap.
 	MaxHold caddy.Duration `json:"max_hold,omitempty"`
 	// BusyStatus is the status when the wait runs out (with Retry-After). Default 423.
 	BusyStatus int `json:"busy_status,omitempty"`

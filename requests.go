@@ -39,6 +39,7 @@ type inflight struct {
 	since  time.Time
 	cancel context.CancelCauseFunc
 	hold   lockSpan // the redlock.hold span (tracing.go), set once acquired
+	x      exchange // once held: next's response writer and what it saw (exchange.go)
 
 	mu        sync.Mutex
 	state     string
@@ -216,7 +217,9 @@ func (h *Handler) abortInflight(timeout time.Duration) {
 	if len(mine) == 0 {
 		return
 	}
-	cause := errors.New("redlock: caddy is exiting")
+	// A cancellation to the handlers behind (cutCause): no upstream failure, no retry,
+	// nothing for handle_errors.
+	cause := cutCause{errors.New("redlock: caddy is exiting")}
 	for _, e := range mine {
 		e.cancel(cause)
 	}

@@ -1,15 +1,15 @@
 package caddyredlock
 
 import (
-	"bufio"
 	"errors"
 	"io"
 	"net"
 	"net/http"
 	"sync/atomic"
 
-	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"golang.org/x/net/http/httpguts"
+
+	"github.com/caddy-redlock/caddy-redlock/redlock"
 )
 
 // Upgraded connections (websockets, any Connection: Upgrade) need their own watch: when
@@ -19,9 +19,10 @@ import (
 // may still be working on the last message it got; it ends cleanly only when both
 // directions saw their end of stream (Caddy's switchProtocolCopier: the client's EOF is
 // passed on to the backend with CloseWrite, the backend's EOF to the client the same way).
-// So the tunnel is watched on the client's side: a clean end is the client's EOF read AND
-// the backend's end passed to the client (CloseWrite on the client connection); anything
-// else is an exchange cut short, and its lock drains (finish, endOf).
+// So the tunnel is watched on the client's side (the connection exchange.Hijack hands
+// out): a clean end is the client's EOF read AND the backend's end passed to the client
+// (CloseWrite on the client connection); anything else is an exchange cut short, and its
+// lock drains (finish, endOf).
 
 // tunnelKind is what a request may turn into.
 type tunnelKind int
@@ -53,47 +54,22 @@ const (
 	tunnelCut                    // ended otherwise (reset, stream_timeout, shutdown), or cannot be told
 )
 
-// tunnelWatch is the response writer of an Upgrade request: it hands reverse_proxy a
-// watched connection when it hijacks.
-type tunnelWatch struct {
-	*caddyhttp.ResponseWriterWrapper
-	conn atomic.Pointer[watchedConn]
-}
-
-func newTunnelWatch(w http.ResponseWriter) *tunnelWatch {
-	return &tunnelWatch{ResponseWriterWrapper: &caddyhttp.ResponseWriterWrapper{ResponseWriter: w}}
-}
-
-// Hijack implements http.Hijacker through the wrapped writer (http.ResponseController).
-func (w *tunnelWatch) Hijack() (net.Conn, *bufio.ReadWriter, error) {
-	c, brw, err := http.NewResponseController(w.ResponseWriter).Hijack()
-	if err != nil {
-		return c, brw, err
-	}
-	wc := &watchedConn{Conn: c}
-	w.conn.Store(wc)
-	return wc, brw, nil
-}
-
-// end says how the tunnel ended, once next has returned.
-func (w *tunnelWatch) end() tunnelEnd {
-	c := w.conn.Load()
-	switch {
-	case c == nil:
-		return tunnelNone // not hijacked: the upstream answered without switching protocols
-	case c.readEOF.Load() && c.wroteEOF.Load():
-		return tunnelClean
-	}
-	return tunnelCut
-}
-
-// watchedConn is the client's side of a tunnel: it records the client's end of stream
-// and the backend's end passed on to the client. It exposes only net.Conn's methods and
+// watchedConn is the client's side of a tunnel (exchange.Hijack hands it out): it
+// records the client's end of stream and the backend's end passed on to the client, and
+// refuses writes once the request's lock is lost. It exposes only net.Conn's methods and
 // CloseWrite, so io.Copy goes through Read and Write.
 type watchedConn struct {
 	net.Conn
-	readEOF  atomic.Bool // the client closed its side cleanly (FIN)
-	wroteEOF atomic.Bool // the backend's end of stream was passed on to the client
+	readEOF  atomic.Bool                        // the client closed its side cleanly (FIN)
+	wroteEOF atomic.Bool                        // the backend's end of stream was passed on to the client
+	lost     *atomic.Pointer[redlock.LostError] // the exchange's: set once the lock is lost
+}
+
+func (c *watchedConn) Write(p []byte) (int, error) {
+	if le := c.lost.Load(); le != nil {
+		return 0, refused(le)
+	}
+	return c.Conn.Write(p)
 }
 
 func (c *watchedConn) Read(p []byte) (int, error) {

@@ -20,6 +20,7 @@ type Lock struct {
 	fencing    bool
 	mode       mode      // what the acquire asked for: handed on only to the same (mode.go)
 	acquiredAt time.Time // when Acquire was called
+	takenAt    time.Time // when this holder got the lock (the grant, a handoff or a join): maxHold counts from here
 	attempts   int
 	settled    <-chan struct{} // the winning round's stragglers have replied
 	streak     int             // handoffs since the lock was last taken in Redis
@@ -67,6 +68,7 @@ func (l *Lock) startUntil(until time.Time) {
 	l.done, l.endDone = context.WithCancelCause(context.Background())
 	l.heapIdx = -1
 	l.until = until
+	l.takenAt = time.Now()
 	l.expiry = time.AfterFunc(time.Until(until), l.onExpiry)
 }
 
@@ -243,10 +245,12 @@ func (l *Lock) applyExtend(start time.Time, yes, no, absent int, errs []error) e
 // KeepAlive renews the lock every interval until Release, or until it is lost. When a
 // renewal fails it retries sooner (interval/4) while validity remains; when validity ends
 // the lock is lost (its Context is cancelled with a *LostError). maxHold > 0 caps the
-// total hold: at AcquiredAt+maxHold the lock is marked lost (reason max_hold) and
-// renewals stop, so a stuck holder cannot keep a key forever. Renewals of all locks of a
-// client that fall due together go out in one script call per node (renew.go); no
-// goroutine runs per lock. Calling KeepAlive twice is an error.
+// hold, counted from when this holder got the lock (its round's grant, or the handoff
+// that gave it on; not the wait before): then the lock is marked lost (reason max_hold)
+// and renewals stop, so a stuck holder cannot keep a key forever. Its key stays on the
+// nodes until its validity ends or Release deletes it. Renewals of all locks of a client
+// that fall due together go out in one script call per node (renew.go); no goroutine
+// runs per lock. Calling KeepAlive twice is an error.
 func (l *Lock) KeepAlive(interval, maxHold time.Duration) error {
 	if interval <= 0 || interval >= l.ttl {
 		return fmt.Errorf("redlock: renew interval must be > 0 and < ttl (%v), got %v", l.ttl, interval)
@@ -263,7 +267,7 @@ func (l *Lock) KeepAlive(interval, maxHold time.Duration) error {
 	}
 	l.keepAlive = true
 	if maxHold > 0 {
-		l.maxHold = time.AfterFunc(time.Until(l.acquiredAt.Add(maxHold)), func() { l.markLost(LostMaxHold) })
+		l.maxHold = time.AfterFunc(time.Until(l.takenAt.Add(maxHold)), func() { l.markLost(LostMaxHold) })
 	}
 	// The first renewal is due interval after the lock was last taken or renewed in
 	// Redis, not after now: a handed lock continues its predecessor's schedule, so a

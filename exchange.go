@@ -1,0 +1,185 @@
+package caddyredlock
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptrace"
+	"sync"
+	"sync/atomic"
+
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+
+	"github.com/caddy-redlock/caddy-redlock/redlock"
+)
+
+// This file holds what the handler watches of a locked request's exchange with the
+// handlers behind it (next), in one value per request: a field of the request's table
+// entry, so it costs no allocation of its own.
+//
+//   - The response writer next gets. Once the request's lock is lost (outside dry run),
+//     every write through it fails, whatever the handler behind: cancelling the request
+//     stops reverse_proxy, but not a FastCGI transport, which ignores the context once
+//     it has dialed, nor a handler that does not watch the context. The handler then
+//     answers 503 itself if nothing reached the client yet, and aborts the response if
+//     something did, so that the client never takes a cut response for a whole one.
+//   - The client's connection of an Upgrade request, once hijacked (tunnel.go).
+//   - The requests Go's HTTP transport started and wrote to upstreams (a client trace):
+//     they tell a reverse_proxy retry after a dial error (the upstream never saw the
+//     request) from one after an attempt that may still run (endrule.go).
+
+// exchange is a locked request's response writer and what is seen of its exchange.
+type exchange struct {
+	caddyhttp.ResponseWriterWrapper
+	// lost is set when the lock is lost outside dry run, just before the request is
+	// cancelled: writes, flushes and hijacks fail from then on.
+	lost atomic.Pointer[redlock.LostError]
+	// sent reports whether a final status, body bytes, a flush or a hijack went through
+	// to the client's side: then a response has begun and no other can be answered.
+	sent atomic.Bool
+	conn atomic.Pointer[watchedConn] // an Upgrade's hijacked connection (tunnel.go)
+	// The client trace handed to next's context, and what it counted.
+	trace   httptrace.ClientTrace
+	started atomic.Int32 // round trips started (GetConn: before any dial)
+	written atomic.Int32 // requests whose headers were written to an upstream connection
+}
+
+// begin readies x for a request answered on w, and returns ctx with x's client trace.
+func (x *exchange) begin(ctx context.Context, w http.ResponseWriter) context.Context {
+	x.ResponseWriter = w
+	x.trace.GetConn = x.getConn
+	x.trace.WroteHeaders = x.wroteHeaders
+	return httptrace.WithClientTrace(ctx, &x.trace)
+}
+
+func (x *exchange) getConn(string) { x.started.Add(1) }
+func (x *exchange) wroteHeaders()  { x.written.Add(1) }
+
+// unsent is how many traced round trips ended before writing their request: dial and
+// TLS errors, where the upstream never saw it.
+func (x *exchange) unsent() int {
+	return int(x.started.Load() - x.written.Load())
+}
+
+// cut refuses every write from now on: the lock le is gone.
+func (x *exchange) cut(le *redlock.LostError) { x.lost.Store(le) }
+
+// refused is the error of a write after the loss.
+func refused(le *redlock.LostError) error {
+	return fmt.Errorf("redlock: response write refused: %w", le)
+}
+
+func (x *exchange) markSent() {
+	if !x.sent.Load() {
+		x.sent.Store(true)
+	}
+}
+
+// WriteHeader passes the status on unless the lock is lost (then nothing is written:
+// the handler answers once next has returned).
+func (x *exchange) WriteHeader(code int) {
+	if x.lost.Load() != nil {
+		return
+	}
+	if code >= 200 || code == http.StatusSwitchingProtocols {
+		x.markSent()
+	}
+	x.ResponseWriter.WriteHeader(code)
+}
+
+func (x *exchange) Write(p []byte) (int, error) {
+	if le := x.lost.Load(); le != nil {
+		return 0, refused(le)
+	}
+	x.markSent()
+	return x.ResponseWriter.Write(p)
+}
+
+// copyBuffers are ReadFrom's buffers (io.Copy would allocate 32 KiB a call).
+var copyBuffers = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
+
+// ReadFrom implements io.ReaderFrom through Write, so that a loss stops the copy midway
+// (the wrapped writer's ReadFrom, sendfile for a file, could not be stopped). The
+// reader is hidden behind readOnly so that a WriterTo cannot bypass Write either.
+func (x *exchange) ReadFrom(r io.Reader) (int64, error) {
+	bp := copyBuffers.Get().(*[]byte)
+	defer copyBuffers.Put(bp)
+	return io.CopyBuffer(writeOnly{x}, readOnly{r}, *bp)
+}
+
+type writeOnly struct{ w io.Writer }
+
+func (w writeOnly) Write(p []byte) (int, error) { return w.w.Write(p) }
+
+type readOnly struct{ r io.Reader }
+
+func (r readOnly) Read(p []byte) (int, error) { return r.r.Read(p) }
+
+// FlushError flushes through the wrapped writer (http.ResponseController), unless the
+// lock is lost: a flush of a response not begun would send a 200.
+func (x *exchange) FlushError() error {
+	if le := x.lost.Load(); le != nil {
+		return refused(le)
+	}
+	x.markSent()
+	return http.NewResponseController(x.ResponseWriter).Flush()
+}
+
+// Flush implements http.Flusher for handlers that assert it (ResponseController uses
+// FlushError).
+func (x *exchange) Flush() { _ = x.FlushError() }
+
+// Hijack implements http.Hijacker through the wrapped writer (http.ResponseController)
+// and hands back a watched connection (tunnel.go).
+func (x *exchange) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	if le := x.lost.Load(); le != nil {
+		return nil, nil, refused(le)
+	}
+	c, brw, err := http.NewResponseController(x.ResponseWriter).Hijack()
+	if err != nil {
+		return c, brw, err
+	}
+	x.markSent()
+	wc := &watchedConn{Conn: c, lost: &x.lost}
+	x.conn.Store(wc)
+	return wc, brw, nil
+}
+
+// tunnelEnd says how the tunnel of an Upgrade request ended, once next has returned.
+func (x *exchange) tunnelEnd() tunnelEnd {
+	c := x.conn.Load()
+	switch {
+	case c == nil:
+		return tunnelNone // not hijacked: the upstream answered without switching protocols
+	case c.readEOF.Load() && c.wroteEOF.Load():
+		return tunnelClean
+	}
+	return tunnelCut
+}
+
+// answerLost answers a request whose lock was lost before anything reached its client:
+// 503 with Retry-After, written past the refusal. The handlers behind may have set
+// headers for the response they could not send; a Content-Length among them would
+// describe a body that never comes.
+func (x *exchange) answerLost() {
+	h := x.ResponseWriter.Header()
+	h.Del("Content-Length")
+	h.Set("Retry-After", "1")
+	x.ResponseWriter.WriteHeader(http.StatusServiceUnavailable)
+}
+
+// cutCause is the cause the handler cancels a request's context with when it cuts the
+// request itself (its lock lost, Caddy exiting). To the handlers behind it reads as a
+// cancellation (errors.Is(err, context.Canceled)): net/http hands a cancelled request's
+// cause back as the round trip's error, and reverse_proxy takes only context.Canceled
+// for no fault of the upstream (no passive-health failure, no retry, and no error
+// returned, so handle_errors cannot proxy the request again, unlocked). The reason stays
+// inside (errors.As finds the *redlock.LostError) for the handler, logs and metrics.
+type cutCause struct{ why error }
+
+func (c cutCause) Error() string        { return c.why.Error() }
+func (c cutCause) Unwrap() error        { return c.why }
+func (c cutCause) Is(target error) bool { return target == context.Canceled }
