@@ -245,7 +245,7 @@ var matrixRows = []matrixRow{
 // matrixShort are the cells of go test -short: one for each hole of issue 30 the
 // matrix must catch (4: retry; 5: max_hold; 6: passive health; 8: FastCGI; 10: dry
 // run), and a clean exchange.
-var matrixShort = []string{"proxy:clean", "retries:retry", "proxy:maxhold", "passive:force", "fastcgi:force", "dryrun:outage"}
+var matrixShort = []string{"proxy:clean", "retries:retry", "proxy:maxhold", "passive:force", "fastcgi:force", "dryrun:force"}
 
 // matrixParallel is how many cells run at once: REDLOCK_MATRIX_PARALLEL, default 4.
 // A cell mostly waits (drains, faults), so more cells than cores is fine.
@@ -355,12 +355,16 @@ func workFor(row matrixRow, end matrixEnd) (work, first string) {
 	case endRetry:
 		return "d=100ms,stream", "d=1500ms,late,deaf"
 	case endForce, endOutage:
-		// Long enough to outlive the loss by far: run to its end, it would have run
-		// unlocked.
-		if row.lossBeforeHeaders {
-			return "d=8s,late", ""
+		// Long enough to outlive the loss by far (a force release strikes at once, an
+		// outage within a ttl): run to its end, it would have run unlocked.
+		d := "2s"
+		if end == endOutage {
+			d = "6s"
 		}
-		return "d=8s,stream", ""
+		if row.lossBeforeHeaders {
+			return "d=" + d + ",late", ""
+		}
+		return "d=" + d + ",stream", ""
 	case endMaxHold:
 		if row.lossBeforeHeaders {
 			return "d=1200ms,late,deaf", ""
