@@ -75,9 +75,11 @@ const (
 	// and the scheduling of a loaded machine. A lock kept or renewed past its drain
 	// (a second drain, a leak) stays far beyond it.
 	matrixMargin = matrixTTL/2 + 2*matrixNodeTimeout
-	// headerTimeout is the proxy's response_header_timeout (FastCGI's read_timeout) in
-	// the cells that need one.
+	// headerTimeout is the proxy's response_header_timeout in the cells that need one.
 	headerTimeout = "300ms"
+	// fcgiReadTimeout is FastCGI's read_timeout there: one deadline for the whole
+	// response, the follower's included, so it leaves a loaded machine room.
+	fcgiReadTimeout = "1s"
 )
 
 // matrixEnd is a way an exchange ends: a column.
@@ -124,6 +126,7 @@ type matrixRow struct {
 	// trip. Other rows are cut mid-body, where a response is being written to the client.
 	lossBeforeHeaders bool
 	tunnel            bool // the main request is an Upgrade (websocket) tunnel
+	fastcgi           bool // the work is reached through Caddy's FastCGI transport
 	static            bool // no upstream: Caddy answers itself
 	dryRun            bool
 }
@@ -180,13 +183,13 @@ func (c cellConfig) proxy(extra ...string) string {
 	return b.String()
 }
 
-// fcgiTimeout is the FastCGI transport's read_timeout line, when the cell needs one: a
-// single deadline for reading the response, FastCGI's response_header_timeout.
+// fcgiTimeout is the FastCGI transport's read_timeout line, when the cell needs one:
+// FastCGI's response_header_timeout.
 func (c cellConfig) fcgiTimeout() string {
 	if !c.headerTimeout {
 		return ""
 	}
-	return "read_timeout " + headerTimeout
+	return "read_timeout " + fcgiReadTimeout
 }
 
 // matrixRows are the rows. Cells left out are impossible, as each comment says.
@@ -217,12 +220,12 @@ var matrixRows = []matrixRow{
 		// treats it as cut short whatever happens).
 		ends: except(endRetry, endH2Reset),
 		site: func(c cellConfig) string { return c.proxy() }},
-	{name: "fastcgi", method: "GET", ends: except(endRetry), // no retries configured
+	{name: "fastcgi", method: "GET", fastcgi: true, ends: except(endRetry), // no retries configured
 		site: func(c cellConfig) string {
 			return fmt.Sprintf("\treverse_proxy %s {\n\t\theader_up X-Lock-Key {http.redlock.key}\n\t\tflush_interval -1\n\t\ttransport fastcgi {\n\t\t\t%s\n\t\t}\n\t}\n",
 				c.fcgi, c.fcgiTimeout())
 		}},
-	{name: "phpfastcgi", method: "GET", ends: except(endRetry), // no retries configured
+	{name: "phpfastcgi", method: "GET", fastcgi: true, ends: except(endRetry), // no retries configured
 		site: func(c cellConfig) string {
 			return fmt.Sprintf("\troot * %s\n\tphp_fastcgi %s {\n\t\theader_up X-Lock-Key {http.redlock.key}\n\t\tflush_interval -1\n\t\t%s\n\t}\n",
 				c.root, c.fcgi, c.fcgiTimeout())
@@ -341,9 +344,9 @@ func matrixTable(results map[string]string) string {
 // The work the requests ask of the upstream (workSpec), by column. Deaf work goes on
 // after Caddy gave up, by at most 1.2 s: well within the drain (a ttl), and within what
 // a shutdown leaves (the key expires a ttl after its last renewal, renewals coming
-// every ttl/3). Late answers come 1.2 s after response_header_timeout would give up,
-// so a slow machine does not let them in before it. Attentive work stops when
-// cancelled.
+// every ttl/3). Late answers come 1.2 s after response_header_timeout (FastCGI's
+// read_timeout) would give up, so a slow machine does not let them in before it.
+// Attentive work stops when cancelled.
 func workFor(row matrixRow, end matrixEnd) (work, first string) {
 	switch end {
 	case endClean:
@@ -351,6 +354,9 @@ func workFor(row matrixRow, end matrixEnd) (work, first string) {
 	case endAbort, endH2Reset:
 		return "d=600ms,stream,deaf", ""
 	case endTimeout:
+		if row.fastcgi {
+			return "d=2200ms,late,deaf", "" // past the longer read_timeout
+		}
 		return "d=1500ms,late,deaf", ""
 	case endRetry:
 		return "d=100ms,stream", "d=1500ms,late,deaf"
