@@ -65,7 +65,7 @@ import (
 const (
 	matrixPrefix  = "m:"
 	matrixKey     = "res"
-	matrixMaxHold = 600 * time.Millisecond
+	matrixMaxHold = time.Second
 	// Generous timing (a node timeout of 500 ms, three of them per ttl): the cells run
 	// next to each other on a small, shared machine, and a renewal that misses its ttl
 	// there is a lost lock, a cell that tests something else than it says.
@@ -76,7 +76,7 @@ const (
 	// (a second drain, a leak) stays far beyond it.
 	matrixMargin = matrixTTL/2 + 2*matrixNodeTimeout
 	// headerTimeout is the proxy's response_header_timeout in the cells that need one.
-	headerTimeout = "300ms"
+	headerTimeout = "500ms"
 	// fcgiReadTimeout is FastCGI's read_timeout there: one deadline for the whole
 	// response, the follower's included, so it leaves a loaded machine room.
 	fcgiReadTimeout = "1s"
@@ -357,9 +357,9 @@ func workFor(row matrixRow, end matrixEnd) (work, first string) {
 		if row.fastcgi {
 			return "d=2200ms,late,deaf", "" // past the longer read_timeout
 		}
-		return "d=1500ms,late,deaf", ""
+		return "d=1700ms,late,deaf", ""
 	case endRetry:
-		return "d=100ms,stream", "d=1500ms,late,deaf"
+		return "d=100ms,stream", "d=1700ms,late,deaf"
 	case endForce, endOutage:
 		// Long enough to outlive the loss by far (a force release strikes at once, an
 		// outage within a ttl): run to its end, it would have run unlocked.
@@ -373,9 +373,9 @@ func workFor(row matrixRow, end matrixEnd) (work, first string) {
 		return "d=" + d + ",stream", ""
 	case endMaxHold:
 		if row.lossBeforeHeaders {
-			return "d=1200ms,late,deaf", ""
+			return "d=1600ms,late,deaf", ""
 		}
-		return "d=1200ms,stream,deaf", ""
+		return "d=1600ms,stream,deaf", ""
 	case endShutdown:
 		if row.lossBeforeHeaders {
 			return "d=900ms,late,deaf", ""
@@ -501,11 +501,16 @@ func runCell(t *testing.T, row matrixRow, end matrixEnd) (broken []string) {
 	switch {
 	case end == endBusy:
 		// The holder (another Redlock client) keeps the key until r1 has its answer.
+		// The witness starts after the follower, which has only a short wait.
 		run.main = <-mainDone
 		releaseHolder()
 		run.lifted = time.Now()
-		wit.start()
 		follow()
+		if follDone != nil {
+			run.foll = <-follDone
+			follDone = nil
+		}
+		wit.start()
 	case row.static:
 		run.main = <-mainDone
 		wit.start()
