@@ -231,9 +231,14 @@ var matrixRows = []matrixRow{
 				c.root, c.fcgi, c.fcgiTimeout())
 		}},
 	{name: "handleerrors", method: "GET", ends: except(endRetry), lossBeforeHeaders: true, // no retries configured
-		// Any error runs a route that proxies again, with short attentive work.
+		// An upstream failure (502, 504: what a loss or Caddy's exit looked like before
+		// they read as cancellations) runs a route that proxies again, with short
+		// attentive work. The handler's own refusals (423, 503) go through handle_errors
+		// too, as every Caddy handler's errors do (custom error pages); a route that
+		// proxied those to the locked upstream would send them unlocked, which
+		// configuration.md warns of, so the row scopes it by status as the docs say.
 		site: func(c cellConfig) string {
-			return c.proxy() + fmt.Sprintf("\thandle_errors {\n\t\treverse_proxy %s {\n\t\t\theader_up X-Lock-Key {http.redlock.key}\n\t\t\theader_up X-Work \"d=500ms,stream\"\n\t\t}\n\t}\n", c.up)
+			return c.proxy() + fmt.Sprintf("\thandle_errors 502 504 {\n\t\treverse_proxy %s {\n\t\t\theader_up X-Lock-Key {http.redlock.key}\n\t\t\theader_up X-Work \"d=500ms,stream\"\n\t\t}\n\t}\n", c.up)
 		}},
 	{name: "static", method: "GET", static: true,
 		// respond answers at once: there is no moment to abort, reset, time out, retry,
