@@ -1,0 +1,137 @@
+package sim
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestSim runs seeded schedules, each in a synctest bubble of its own, one after another:
+//
+//	SIM_TIME=30s     run seeds for that long (default 3s: a few seconds in go test -short)
+//	SIM_SEED=n       replay seed n only (SIM_TRACE=1 prints its trace)
+//	SIM_FIRST=n      the first seed (default 1; make sim draws one), SIM_WORKER=i/k takes
+//	                 every k-th seed from there, starting at the i-th (make sim's workers)
+//	SIM_BEYOND=1     faults past the stated assumptions: violations expected, counted
+//	SIM_REPLAY=r     replay each failing seed r more times and report how often it fails again
+//
+// Every violation prints its seed and the command that replays it; the last line is the
+// summary: SIM schedules=N violations=V ...
+func TestSim(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Beyond = os.Getenv("SIM_BEYOND") != ""
+	cfg.Trace = os.Getenv("SIM_TRACE") != ""
+	if s := os.Getenv("SIM_SEED"); s != "" {
+		seed, err := strconv.ParseUint(s, 10, 64)
+		if err != nil {
+			t.Fatalf("SIM_SEED=%q: %v", s, err)
+		}
+		res := runSeed(t, seed, cfg)
+		report(t, res, cfg)
+		for _, l := range res.Trace {
+			fmt.Println(l)
+		}
+		summary(t, []Result{res}, time.Duration(0), cfg, nil)
+		return
+	}
+	budget := 3 * time.Second
+	if s := os.Getenv("SIM_TIME"); s != "" {
+		d, err := time.ParseDuration(s)
+		if err != nil {
+			t.Fatalf("SIM_TIME=%q: %v", s, err)
+		}
+		budget = d
+	}
+	first, step := uint64(1), uint64(1)
+	if s := os.Getenv("SIM_FIRST"); s != "" {
+		first, _ = strconv.ParseUint(s, 10, 64)
+	}
+	if s := os.Getenv("SIM_WORKER"); s != "" {
+		var i, k uint64
+		if _, err := fmt.Sscanf(s, "%d/%d", &i, &k); err != nil || k == 0 {
+			t.Fatalf("SIM_WORKER=%q: want i/k", s)
+		}
+		first, step = first+i, k
+	}
+	replays, _ := strconv.Atoi(os.Getenv("SIM_REPLAY"))
+	start := time.Now()
+	var results []Result
+	again := map[uint64][2]int{}
+	for seed := first; time.Since(start) < budget; seed += step {
+		res := runSeed(t, seed, cfg)
+		results = append(results, res)
+		report(t, res, cfg)
+		if len(res.Violations) > 0 && replays > 0 {
+			n := 0
+			for range replays {
+				if r := runSeed(t, seed, cfg); len(r.Violations) > 0 {
+					n++
+				}
+			}
+			again[seed] = [2]int{n, replays}
+			fmt.Printf("SIM replay seed=%d failed again %d of %d\n", seed, n, replays)
+		}
+	}
+	summary(t, results, time.Since(start), cfg, again)
+}
+
+// report prints a schedule's violations, each with the command that replays it.
+func report(t *testing.T, res Result, cfg Config) {
+	for _, v := range res.Violations {
+		beyond := ""
+		if cfg.Beyond {
+			beyond = "SIM_BEYOND=1 "
+		}
+		fmt.Printf("SIM violation seed=%d %s | %s | replay: %sSIM_SEED=%d make sim\n", res.Seed, v, res.Params, beyond, res.Seed)
+		if !cfg.Beyond {
+			t.Fail()
+		}
+	}
+}
+
+func summary(t *testing.T, results []Result, took time.Duration, cfg Config, again map[uint64][2]int) {
+	var viol, failed, ops, acq, cmds, stale int64
+	kinds := map[string]int{}
+	var seeds []string
+	for _, r := range results {
+		viol += int64(len(r.Violations))
+		if len(r.Violations) > 0 {
+			failed++
+			seeds = append(seeds, strconv.FormatUint(r.Seed, 10))
+		}
+		for _, v := range r.Violations {
+			kinds[strings.ReplaceAll(v.Kind, " ", "_")]++
+		}
+		ops += r.Ops
+		acq += r.Acquires
+		cmds += r.Commands
+		stale += int64(r.Stale[0])
+	}
+	n := int64(max(len(results), 1))
+	line := fmt.Sprintf("SIM schedules=%d violations=%d failed_seeds=%d ops_per_schedule=%d acquires_per_schedule=%d commands_per_schedule=%d stale_writes_refused=%d real=%v",
+		len(results), viol, failed, ops/n, acq/n, cmds/n, stale, took.Round(time.Millisecond))
+	if cfg.Beyond {
+		line += " mode=beyond(expected)"
+	}
+	for k, c := range kinds {
+		line += fmt.Sprintf(" %s=%d", k, c)
+	}
+	if len(seeds) > 0 {
+		if len(seeds) > 20 {
+			seeds = seeds[:20]
+		}
+		line += " seeds=" + strings.Join(seeds, ",")
+	}
+	replayed, repeated := 0, 0
+	for _, a := range again {
+		replayed += a[1]
+		repeated += a[0]
+	}
+	if replayed > 0 {
+		line += fmt.Sprintf(" replays_failing_again=%d/%d", repeated, replayed)
+	}
+	fmt.Println(line)
+}
