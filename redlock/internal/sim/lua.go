@@ -110,9 +110,10 @@ func (s *Server) eval(bySHA bool, a []string) reply {
 	}
 	if s.lua == nil {
 		s.lua = s.newLua()
+		s.fns = map[*lua.FunctionProto]*lua.LFunction{}
 	}
 	L := s.lua
-	keys, argv := L.NewTable(), L.NewTable()
+	keys, argv := L.CreateTable(nk, 0), L.CreateTable(len(a)-2-nk, 0)
 	for i, k := range a[2 : 2+nk] {
 		keys.RawSetInt(i+1, lua.LString(k))
 	}
@@ -121,11 +122,16 @@ func (s *Server) eval(bySHA bool, a []string) reply {
 	}
 	L.SetGlobal("KEYS", keys)
 	L.SetGlobal("ARGV", argv)
+	fn := s.fns[proto]
+	if fn == nil {
+		fn = L.NewFunctionFromProto(proto) // no upvalues: one closure per node serves every call
+		s.fns[proto] = fn
+	}
 	s.nowMS = s.clockUS() / 1000
 	s.inScript = true
 	defer func() { s.inScript = false }()
 	top := L.GetTop()
-	L.Push(L.NewFunctionFromProto(proto))
+	L.Push(fn)
 	if err := L.PCall(0, 1, nil); err != nil {
 		L.SetTop(top)
 		msg := err.Error()

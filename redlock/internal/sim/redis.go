@@ -30,6 +30,7 @@ type Server struct {
 	channels map[string]map[*Session]bool
 	nextID   int64
 	lua      *lua.LState
+	fns      map[*lua.FunctionProto]*lua.LFunction
 	push     func(*Session, reply) // delivers a pub/sub message to a subscriber
 
 	inScript bool

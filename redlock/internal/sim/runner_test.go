@@ -5,6 +5,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -16,6 +17,7 @@ import (
 //	SIM_FIRST=n      the first seed (default 1; make sim draws one), SIM_WORKER=i/k takes
 //	                 every k-th seed from there, starting at the i-th (make sim's workers)
 //	SIM_BEYOND=1     faults past the stated assumptions: violations expected, counted
+//	SIM_COUNT=n      exactly n seeds, whatever the time (measurements)
 //	SIM_REPLAY=r     replay each failing seed r more times and report how often it fails again
 //
 // Every violation prints its seed and the command that replays it; the last line is the
@@ -57,10 +59,14 @@ func TestSim(t *testing.T) {
 		first, step = first+i, k
 	}
 	replays, _ := strconv.Atoi(os.Getenv("SIM_REPLAY"))
+	count, _ := strconv.Atoi(os.Getenv("SIM_COUNT")) // exactly that many seeds (measurements)
+	if count > 0 {
+		budget = time.Duration(1<<63 - 1)
+	}
 	start := time.Now()
 	var results []Result
 	again := map[uint64][2]int{}
-	for seed := first; time.Since(start) < budget; seed += step {
+	for seed := first; time.Since(start) < budget && (count == 0 || len(results) < count); seed += step {
 		res := runSeed(t, seed, cfg)
 		results = append(results, res)
 		report(t, res, cfg)
@@ -111,8 +117,11 @@ func summary(t *testing.T, results []Result, took time.Duration, cfg Config, aga
 		stale += int64(r.Stale[0])
 	}
 	n := int64(max(len(results), 1))
-	line := fmt.Sprintf("SIM schedules=%d violations=%d failed_seeds=%d ops_per_schedule=%d acquires_per_schedule=%d commands_per_schedule=%d stale_writes_refused=%d real=%v",
-		len(results), viol, failed, ops/n, acq/n, cmds/n, stale, took.Round(time.Millisecond))
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	cpu := time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	line := fmt.Sprintf("SIM schedules=%d violations=%d failed_seeds=%d ops_per_schedule=%d acquires_per_schedule=%d commands_per_schedule=%d stale_writes_refused=%d real=%v cpu=%v",
+		len(results), viol, failed, ops/n, acq/n, cmds/n, stale, took.Round(time.Millisecond), cpu.Round(time.Millisecond))
 	if cfg.Beyond {
 		line += " mode=beyond(expected)"
 	}

@@ -95,6 +95,10 @@ func Run(seed uint64, cfg Config) Result {
 			// No maintenance notifications (RESP3 only): their set-up resolves the host
 			// name through the process's resolver, whose state outlives a bubble.
 			o.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
+			// Small buffers: go-redis allocates them per connection, and the simulated
+			// commands are small (a big buffer per dial cost a tenth of the CPU).
+			o.ReadBufferSize, o.WriteBufferSize = 4096, 4096
+			o.PipelineReadBufferSize, o.PipelineWriteBufferSize = 4096, 4096
 			timeout := o.DialTimeout // as net.Dialer's Timeout: go-redis leaves it to the Dialer
 			o.Dialer = func(ctx context.Context, _, _ string) (net.Conn, error) {
 				ctx, cancel := context.WithTimeout(ctx, timeout)

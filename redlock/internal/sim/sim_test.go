@@ -5,6 +5,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"os"
+	"runtime/debug"
 	"strconv"
 	"testing"
 	"testing/cryptotest"
@@ -34,5 +35,6 @@ func (nopLogger) Printf(context.Context, string, ...any) {}
 
 func TestMain(m *testing.M) {
 	redis.SetLogger(nopLogger{})
+	debug.SetGCPercent(400) // the schedules' heaps are small: trade memory for CPU
 	os.Exit(m.Run())
 }

@@ -135,7 +135,7 @@ func (wl *workload) worker(ci int, who string, r role, rng *rand.Rand) {
 	ttl := wl.p.ttl
 	for time.Now().Before(wl.stop) {
 		// Think, then ask.
-		time.Sleep(20*time.Millisecond + time.Duration(rng.Int64N(int64(80*time.Millisecond))))
+		time.Sleep(50*time.Millisecond + time.Duration(rng.Int64N(int64(150*time.Millisecond))))
 		wl.stall(ci)
 		o := redlock.AcquireOptions{Wait: time.Duration(rng.Int64N(int64(3 * ttl))), Fencing: r.fence, Shared: r.kind == kindShared}
 		if r.kind == kindLimit {
@@ -222,8 +222,8 @@ func (wl *workload) hold(ci int, who string, r role, locks []*redlock.Lock, rng 
 			g.write(h)
 		}
 		d := time.Duration(rng.Int64N(int64(3 * time.Millisecond)))
-		if rng.IntN(4) == 0 {
-			d = time.Duration(rng.Int64N(int64(2 * ttl)))
+		if rng.IntN(8) == 0 { // a long hold, kept alive
+			d = time.Duration(rng.Int64N(int64(3 * ttl / 2)))
 		}
 		if d > ttl/4 {
 			for _, l := range locks {
