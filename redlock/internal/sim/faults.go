@@ -18,6 +18,7 @@ type params struct {
 	lateStart                time.Duration // the last client starts then (a reload meeting young nodes)
 	roles                    [][]role      // per client, the workers it runs
 	rates                    []float64
+	mayEvict                 []bool // per node: maxmemory with volatile-ttl (evictions happen only there)
 	offsets                  []time.Duration
 	faultEvery               time.Duration
 	beyond                   bool
@@ -52,6 +53,7 @@ func drawParams(seed uint64, cfg Config) params {
 		// fast or slow against the clients' (validity takes ttl*drift_factor + 2ms off).
 		p.rates = append(p.rates, 1+(r.Float64()*1.6-0.8)*driftFactor)
 		p.offsets = append(p.offsets, time.Duration(r.IntN(40000)-20000)*time.Microsecond)
+		p.mayEvict = append(p.mayEvict, r.IntN(4) != 0)
 	}
 	if cfg.Beyond && r.IntN(2) == 0 {
 		// Past the bound: a node whose clock runs 3 to 10 times drift_factor fast.
@@ -75,6 +77,7 @@ func (p params) options(ci int) redlock.Options {
 func (w *World) applyParams(p params) {
 	for i, n := range w.nodes {
 		n.rate, n.offset = p.rates[i], p.offsets[i]
+		n.srv.mayEvict = p.mayEvict[i]
 		n.srv.startUS = n.clockUS()
 	}
 }
@@ -361,6 +364,9 @@ func (w *World) snapshots(until time.Time) {
 // check, so spared by LRU and LFU too), and counts them in INFO's evicted_keys.
 func (n *Node) evict(k int) {
 	s := n.srv
+	if !s.mayEvict {
+		return // noeviction: it refuses writes instead
+	}
 	s.inScript = false
 	type cand struct {
 		key string

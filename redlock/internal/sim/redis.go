@@ -33,6 +33,10 @@ type Server struct {
 	fns      map[*lua.FunctionProto]*lua.LFunction
 	push     func(*Session, reply) // delivers a pub/sub message to a subscriber
 
+	// mayEvict: the node runs with a maxmemory limit and an evicting policy
+	// (volatile-ttl), as INFO says; only such nodes are given eviction faults.
+	mayEvict bool
+
 	inScript bool
 	nowMS    int64 // the command's time snapshot (a script's start), ms
 }
@@ -594,9 +598,13 @@ func formatScore(f float64) string {
 func (s *Server) info() string {
 	now := s.clockUS()
 	up := now/1e6 - s.startUS/1e6
+	memory := "maxmemory:0\r\nmaxmemory_policy:noeviction\r\n"
+	if s.mayEvict {
+		memory = "maxmemory:104857600\r\nmaxmemory_policy:volatile-ttl\r\n"
+	}
 	return "# Server\r\nredis_version:7.0.15\r\nredis_mode:standalone\r\nprocess_id:1\r\n" +
 		"run_id:" + s.runID + "\r\nuptime_in_seconds:" + strconv.FormatInt(up, 10) + "\r\n" +
-		"uptime_in_days:" + strconv.FormatInt(up/86400, 10) + "\r\n\r\n# Stats\r\n" +
+		"uptime_in_days:" + strconv.FormatInt(up/86400, 10) + "\r\n\r\n# Memory\r\n" + memory + "\r\n# Stats\r\n" +
 		"evicted_keys:" + strconv.FormatInt(s.evicted, 10) + "\r\n\r\n# Keyspace\r\n" +
 		"db0:keys=" + strconv.Itoa(len(s.data)) + ",expires=0,avg_ttl=0\r\n"
 }

@@ -30,6 +30,9 @@ type Config struct {
 	Beyond bool
 	// Trace keeps a trace of every command and fault (replays).
 	Trace bool
+	// Record keeps every command node 0 ran, in order (the conformance test replays them
+	// on a real redis-server).
+	Record bool
 }
 
 // DefaultConfig is what make sim runs: 5 nodes, 3 clients, 10 simulated seconds of
@@ -48,6 +51,7 @@ type Result struct {
 	Faults     int
 	Stale      [2]int // fenced writes of paused holders: refused, accepted (nobody wrote since)
 	Trace      []string
+	Recorded   [][]string
 	Params     string
 }
 
@@ -143,6 +147,7 @@ func Run(seed uint64, cfg Config) Result {
 	if w.trace != nil {
 		res.Trace = w.trace.lines
 	}
+	res.Recorded = w.recorded
 	return res
 }
 

@@ -31,6 +31,8 @@ type World struct {
 	trace *tracer
 	last  atomic.Pointer[string]
 
+	recorded [][]string // node 0's commands (Config.Record)
+
 	onForce func(client int, key string)
 	onGC    func(client int, until time.Time)
 }
@@ -266,6 +268,9 @@ func (w *World) process(c *conn, data []byte) {
 		w.stats.requests.Add(1)
 		if w.trace != nil {
 			w.note("cmd", "n%d c%d conn %d: %s", c.node.idx, c.client, c.id, traceArgs(args))
+		}
+		if w.cfg.Record && c.node.idx == 0 {
+			w.recorded = append(w.recorded, args)
 		}
 		for _, r := range c.sess.Exec(args) {
 			out = r.append(out)
