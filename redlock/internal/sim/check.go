@@ -80,8 +80,18 @@ type keyLedger struct {
 	// resource: the writes a fenced store accepted (token order), for the GC pauses.
 	resource   int64
 	resourceBy *holder
-	// forces are the operators' force releases of the key (forceWindow).
+	// forces are the operators' force releases of the key (forceWindow), landed the
+	// moments their deletes ran on a node.
 	forces []forceWindow
+	landed []forceLanding
+}
+
+// forceLanding is a force release's delete running on a node: it frees whatever holds
+// the key then, also when it arrives late (held by a partition) after its call returned.
+type forceLanding struct {
+	client  int
+	at      time.Time
+	running bool // the forcing client's ForceRelease call was still under way
 }
 
 // forceWindow is one force release of a key by a client, from its call until it
@@ -221,8 +231,16 @@ func (g *ledger) exit(h *holder) {
 	}
 }
 
-// forced reports whether h was freed under its feet by another client's force release.
+// forced reports whether h was freed under its feet by a force release: another
+// client's (during its call, or when one of its deletes ran), or a delete of its own
+// client's that ran after that call returned (a late delivery). A holder of the forcing
+// client while its call runs is not exempt: the client must have marked it lost.
 func (g *ledger) forced(kl *keyLedger, h *holder, slack time.Duration) bool {
+	for _, l := range kl.landed {
+		if !l.at.Before(h.asked) && (l.client != h.client || !l.running) {
+			return true
+		}
+	}
 	for _, f := range kl.forces {
 		end := f.end
 		if end.IsZero() {
@@ -233,6 +251,18 @@ func (g *ledger) forced(kl *keyLedger, h *holder, slack time.Duration) bool {
 		}
 	}
 	return false
+}
+
+// forceLanded notes a force release's delete running on a node.
+func (g *ledger) forceLanded(key string, client int) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	kl := g.key(key)
+	running := false
+	for _, f := range kl.forces {
+		running = running || f.client == client && f.end.IsZero()
+	}
+	kl.landed = append(kl.landed, forceLanding{client: client, at: time.Now(), running: running})
 }
 
 // forceBegins and forceEnds bracket a client's ForceRelease of key.

@@ -91,6 +91,7 @@ func (wl *workload) run(start func(ci int) *redlock.Client) {
 			wl.g.forceEnds(key, ci, start)
 		})
 	}
+	wl.w.onForceLanded = wl.g.forceLanded
 	wl.w.onGC = func(ci int, until time.Time) {
 		wl.mu.Lock()
 		wl.paused[ci] = until

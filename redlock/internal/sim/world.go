@@ -33,7 +33,9 @@ type World struct {
 
 	recorded [][]string // node 0's commands (Config.Record)
 
-	onForce func(client int, key string)
+	onForce       func(client int, key string)
+	onForceLanded func(key string, client int)
+	forceSHA      map[string]bool
 	onGC    func(client int, until time.Time)
 }
 
@@ -269,6 +271,9 @@ func (w *World) process(c *conn, data []byte) {
 		if w.trace != nil {
 			w.note("cmd", "n%d c%d conn %d: %s", c.node.idx, c.client, c.id, traceArgs(args))
 		}
+		if w.onForceLanded != nil && w.isForce(args) && len(args) > 3 {
+			w.onForceLanded(strings.TrimPrefix(args[3], "redlock:"), c.client)
+		}
 		if w.cfg.Record && c.node.idx == 0 {
 			w.recorded = append(w.recorded, args)
 		}
@@ -431,4 +436,32 @@ func (w *World) gc(ci int, until time.Time) {
 	if w.onGC != nil {
 		w.onGC(ci, until)
 	}
+}
+
+// isForce reports whether a command runs the force-release script (by its text).
+func (w *World) isForce(args []string) bool {
+	switch strings.ToUpper(args[0]) {
+	case "EVAL":
+		return len(args) > 1 && isForceSrc(args[1])
+	case "EVALSHA":
+		if len(args) < 2 {
+			return false
+		}
+		if w.forceSHA == nil {
+			w.forceSHA = map[string]bool{}
+		}
+		f, ok := w.forceSHA[args[1]]
+		if !ok {
+			if src, known := sources.Load(strings.ToLower(args[1])); known {
+				f = isForceSrc(src.(string))
+				w.forceSHA[args[1]] = f
+			}
+		}
+		return f
+	}
+	return false
+}
+
+func isForceSrc(src string) bool {
+	return strings.HasPrefix(strings.TrimSpace(src), "local n = redis.call('DEL', KEYS[1])")
 }
