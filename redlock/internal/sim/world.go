@@ -36,7 +36,7 @@ type World struct {
 	onForce       func(client int, key string)
 	onForceLanded func(key string, client int)
 	forceSHA      map[string]bool
-	onGC    func(client int, until time.Time)
+	onGC          func(client int, until time.Time)
 }
 
 type worldStats struct {
