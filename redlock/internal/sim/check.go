@@ -209,7 +209,8 @@ func (g *ledger) write(h *holder) bool {
 		if !trusted(h.l) {
 			g.staleAccepted++
 		}
-	case trusted(h.l):
+	case trusted(h.l) && !g.forced(kl, h, g.forceSlack):
+		// (A holder a force release freed is refused as a stale one: fencing at work.)
 		g.violationLocked("fenced write", "on %q: %s (trusted) was refused: token %d below %d written by %s", h.key, h, h.token, kl.resource, kl.resourceBy)
 	default:
 		g.staleRefused++

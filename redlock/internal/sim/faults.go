@@ -12,7 +12,7 @@ import (
 // params are a schedule's settings, drawn from its seed.
 type params struct {
 	ttl, nodeTimeout, health time.Duration
-	retry                    []time.Duration // per client: fixed (min = max), so no jitter draws
+	retry, retryTo           []time.Duration // per client: the retry delay's range (jitter)
 	retryMax                 time.Duration
 	nopipe                   []bool
 	lateStart                time.Duration // the last client starts then (a reload meeting young nodes)
@@ -33,9 +33,10 @@ func drawParams(seed uint64, cfg Config) params {
 	p.nodeTimeout = time.Duration(20+r.IntN(40)) * time.Millisecond
 	p.health = time.Second
 	for range cfg.Clients {
-		d := time.Duration(50+r.IntN(150)) * time.Millisecond
-		p.retry = append(p.retry, d)
-		p.retryMax = max(p.retryMax, d)
+		d := time.Duration(25+r.IntN(75)) * time.Millisecond
+		to := d + time.Duration(50+r.IntN(150))*time.Millisecond
+		p.retry, p.retryTo = append(p.retry, d), append(p.retryTo, to)
+		p.retryMax = max(p.retryMax, to)
 		p.nopipe = append(p.nopipe, r.IntN(3) == 0)
 	}
 	for range cfg.Clients {
@@ -64,13 +65,13 @@ func drawParams(seed uint64, cfg Config) params {
 }
 
 func (p params) String() string {
-	return fmt.Sprintf("ttl=%v node_timeout=%v health=%v retry=%v nopipe=%v late_start=%v rates=%.4f",
-		p.ttl, p.nodeTimeout, p.health, p.retry, p.nopipe, p.lateStart, p.rates)
+	return fmt.Sprintf("ttl=%v node_timeout=%v health=%v retry=%v..%v nopipe=%v late_start=%v rates=%.4f",
+		p.ttl, p.nodeTimeout, p.health, p.retry, p.retryTo, p.nopipe, p.lateStart, p.rates)
 }
 
 func (p params) options(ci int) redlock.Options {
 	return redlock.Options{TTL: p.ttl, NodeTimeout: p.nodeTimeout, DriftFactor: driftFactor,
-		RetryDelayMin: p.retry[ci], RetryDelayMax: p.retry[ci], HealthInterval: p.health,
+		RetryDelayMin: p.retry[ci], RetryDelayMax: p.retryTo[ci], HealthInterval: p.health,
 		DisablePipelining: p.nopipe[ci]}
 }
 
@@ -169,6 +170,9 @@ func (w *World) plan(p params) []fault {
 		f := fault{kind: faultKind(r.IntN(int(fMajorityRestart))), at: at, node: r.IntN(cfg.Nodes), client: r.IntN(cfg.Clients)}
 		if cfg.Beyond && r.IntN(20) == 0 {
 			f.kind = fMajorityRestart
+		}
+		if cfg.Skip[f.kind.String()] {
+			continue
 		}
 		left := end - at
 		switch f.kind {

@@ -16,6 +16,7 @@ import (
 //	SIM_SEED=n       replay seed n only (SIM_TRACE=1 prints its trace)
 //	SIM_FIRST=n      the first seed (default 1; make sim draws one), SIM_WORKER=i/k takes
 //	                 every k-th seed from there, starting at the i-th (make sim's workers)
+//	SIM_SKIP=a,b     leave these faults out (evict, flushall, ...: faults.go's names)
 //	SIM_BEYOND=1     faults past the stated assumptions: violations expected, counted
 //	SIM_COUNT=n      exactly n seeds, whatever the time (measurements)
 //	SIM_REPLAY=r     replay each failing seed r more times and report how often it fails again
@@ -26,6 +27,12 @@ func TestSim(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.Beyond = os.Getenv("SIM_BEYOND") != ""
 	cfg.Trace = os.Getenv("SIM_TRACE") != ""
+	if s := os.Getenv("SIM_SKIP"); s != "" {
+		cfg.Skip = map[string]bool{}
+		for _, k := range strings.Split(s, ",") {
+			cfg.Skip[strings.TrimSpace(k)] = true
+		}
+	}
 	if s := os.Getenv("SIM_SEED"); s != "" {
 		seed, err := strconv.ParseUint(s, 10, 64)
 		if err != nil {
@@ -69,6 +76,7 @@ func TestSim(t *testing.T) {
 	for seed := first; time.Since(start) < budget && (count == 0 || len(results) < count); seed += step {
 		res := runSeed(t, seed, cfg)
 		results = append(results, res)
+		res.Nth = len(results)
 		report(t, res, cfg)
 		if len(res.Violations) > 0 && replays > 0 {
 			n := 0
@@ -91,7 +99,7 @@ func report(t *testing.T, res Result, cfg Config) {
 		if cfg.Beyond {
 			beyond = "SIM_BEYOND=1 "
 		}
-		fmt.Printf("SIM violation seed=%d %s | %s | replay: %sSIM_SEED=%d make sim\n", res.Seed, v, res.Params, beyond, res.Seed)
+		fmt.Printf("SIM violation seed=%d nth=%d %s | %s | replay: %sSIM_SEED=%d make sim\n", res.Seed, res.Nth, v, res.Params, beyond, res.Seed)
 		if !cfg.Beyond {
 			t.Fail()
 		}

@@ -17,6 +17,7 @@ import (
 	"github.com/redis/go-redis/v9/maintnotifications"
 
 	"github.com/caddy-redlock/caddy-redlock/redlock"
+	"github.com/caddy-redlock/caddy-redlock/redlock/internal/chance"
 )
 
 // Config is one schedule's shape; the seed draws everything else.
@@ -30,6 +31,8 @@ type Config struct {
 	Beyond bool
 	// Trace keeps a trace of every command and fault (replays).
 	Trace bool
+	// Skip leaves these kinds of faults out (names as in faultNames: "evict", ...).
+	Skip map[string]bool
 	// Record keeps every command node 0 ran, in order (the conformance test replays them
 	// on a real redis-server).
 	Record bool
@@ -44,6 +47,7 @@ func DefaultConfig() Config {
 // Result is what one schedule did and found.
 type Result struct {
 	Seed       uint64
+	Nth        int // its place among the seeds one worker ran (time to find)
 	Violations []Violation
 	Ops        int64 // lock operations: acquires that returned a lock, and releases
 	Acquires   int64 // Acquire and AcquireAll calls
@@ -59,6 +63,10 @@ type Result struct {
 // when every client is closed and the world stopped.
 func Run(seed uint64, cfg Config) Result {
 	w := newWorld(seed, cfg)
+	// The lock's random choices (retry jitter, a limited key's first place) drawn from
+	// the seed and the instant, as the links' (world.go): a replay makes the same ones.
+	pick := &link{seed: seed ^ 0xc4a4ce, ci: 99, ni: 99}
+	defer chance.Set(func(n uint64) uint64 { return pick.draw(time.Now(), n) % n })()
 	if cfg.Trace {
 		w.trace = &tracer{}
 	}

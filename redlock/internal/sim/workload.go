@@ -157,8 +157,20 @@ func (wl *workload) worker(ci int, who string, r role, rng *rand.Rand) {
 			ks := []string{keys[i], keys[(i+1+rng.IntN(len(keys)-1))%len(keys)]}
 			locks, err = c.AcquireAll(ctx, ks, o)
 		} else {
+			key := keys[rng.IntN(len(keys))]
+			if o.Shared && rng.IntN(8) == 0 {
+				// An operator's force release of the key at the very instant a reader of
+				// this client asks for it (it may join its client's group): the two run
+				// together (in parallel with SIM_PROCS=2), which is where a joiner could
+				// slip between a force's listing of holders and its deletes.
+				wl.bg.Go(func() {
+					start := wl.g.forceBegins(key, ci).start
+					_, _ = c.ForceRelease(context.Background(), key)
+					wl.g.forceEnds(key, ci, start)
+				})
+			}
 			var l *redlock.Lock
-			l, err = c.Acquire(ctx, keys[rng.IntN(len(keys))], o)
+			l, err = c.Acquire(ctx, key, o)
 			if err == nil {
 				locks = []*redlock.Lock{l}
 			}

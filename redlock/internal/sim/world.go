@@ -43,10 +43,14 @@ type worldStats struct {
 	dials, requests, replies, notices, lostReq, lostRep, noticeLost, noticeDup atomic.Int64
 }
 
-// link is the path between one client and one node: its delays and losses come from
-// its own random stream, so one link's traffic does not shift another's draws.
+// link is the path between one client and one node. Its delays and losses are drawn by
+// draw: a hash of the seed, the link, the instant and what is drawn, not a stream: the
+// goroutines that send at one simulated instant run in an order the Go scheduler picks,
+// and a stream would hand them its numbers in that order, so one reordering would shift
+// every later draw of the schedule.
 type link struct {
-	rng     *rand.Rand
+	seed    uint64
+	ci, ni  int
 	base    time.Duration // one-way delay
 	jitter  time.Duration
 	loss    float64 // a request or reply lost (its connection black-holed)
@@ -109,7 +113,7 @@ func newWorld(seed uint64, cfg Config) *World {
 	for ci := range cfg.Clients {
 		row := make([]*link, cfg.Nodes)
 		for ni := range cfg.Nodes {
-			row[ni] = &link{rng: rand.New(rand.NewPCG(seed, uint64(1000+ci*64+ni))),
+			row[ni] = &link{seed: seed, ci: ci, ni: ni,
 				base:   time.Duration(100+r.IntN(1900)) * time.Microsecond,
 				jitter: time.Duration(50+r.IntN(500)) * time.Microsecond}
 		}
@@ -148,9 +152,10 @@ func (w *World) healLocked(ci, ni int, now time.Time) (time.Time, bool) {
 // delayLocked draws one one-way delay on a link.
 func (w *World) delayLocked(ci, ni int) time.Duration {
 	l := w.links[ci][ni]
-	d := l.base + time.Duration(l.rng.Int64N(int64(l.jitter)+1))
-	if now := time.Now(); now.Before(l.slowTo) {
-		d += time.Duration(l.rng.Int64N(int64(l.slowBy) + 1))
+	now := time.Now()
+	d := l.base + time.Duration(l.draw(now, 1)%uint64(l.jitter+1))
+	if now.Before(l.slowTo) {
+		d += time.Duration(l.draw(now, 2) % uint64(l.slowBy+1))
 	}
 	return d
 }
@@ -196,7 +201,7 @@ func (w *World) toNode(c *conn, data []byte) {
 		return
 	}
 	l := c.link
-	if l.loss > 0 && l.rng.Float64() < l.loss {
+	if l.loss > 0 && l.chance(time.Now(), 3) < l.loss {
 		c.dead = true // the request is lost, and so is the connection
 		w.stats.lostReq.Add(1)
 		w.note("net", "c%d->n%d conn %d: request lost", c.client, c.node.idx, c.id)
@@ -311,7 +316,7 @@ func (w *World) toClient(c *conn, data []byte, extra time.Duration, reply bool) 
 		c.replied++
 	}
 	l := c.link
-	if reply && l.loss > 0 && l.rng.Float64() < l.loss {
+	if reply && l.loss > 0 && l.chance(time.Now(), 4) < l.loss {
 		c.dead = true // the command ran; its reply is lost, and so is the connection
 		w.stats.lostRep.Add(1)
 		w.note("net", "n%d->c%d conn %d: reply lost", c.node.idx, c.client, c.id)
@@ -375,7 +380,7 @@ func (n *Node) push(s *Session, r reply) {
 	l := c.link
 	if l.noticeP > 0 {
 		w.mu.Lock()
-		x := l.rng.Float64()
+		x := l.chance(time.Now(), 5)
 		w.mu.Unlock()
 		switch {
 		case x < l.noticeP/3:
@@ -464,4 +469,19 @@ func (w *World) isForce(args []string) bool {
 
 func isForceSrc(src string) bool {
 	return strings.HasPrefix(strings.TrimSpace(src), "local n = redis.call('DEL', KEYS[1])")
+}
+
+// draw is the link's random number for what (a small constant) at instant t.
+func (l *link) draw(t time.Time, what uint64) uint64 {
+	x := l.seed ^ uint64(t.UnixNano())*0x9e3779b97f4a7c15 ^ uint64(l.ci+1)<<48 ^ uint64(l.ni+1)<<40 ^ what<<56
+	// splitmix64
+	x += 0x9e3779b97f4a7c15
+	x = (x ^ x>>30) * 0xbf58476d1ce4e5b9
+	x = (x ^ x>>27) * 0x94d049bb133111eb
+	return x ^ x>>31
+}
+
+// chance is draw as a number in [0, 1).
+func (l *link) chance(t time.Time, what uint64) float64 {
+	return float64(l.draw(t, what)>>11) / (1 << 53)
 }

@@ -46,6 +46,9 @@ func run() int {
 	if os.Getenv("SIM_SEED") != "" {
 		cmd := exec.Command(bin, base...)
 		cmd.Env = append(os.Environ(), "GOMAXPROCS=1")
+		if p := os.Getenv("SIM_PROCS"); p != "" {
+			cmd.Env = append(cmd.Env, "GOMAXPROCS="+p)
+		}
 		cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
 		if err := cmd.Run(); err != nil {
 			return 1
@@ -61,7 +64,15 @@ func run() int {
 		fmt.Fprintf(os.Stderr, "simrun: SIM_TIME=%q: %v\n", simTime, err)
 		return 2
 	}
-	workers := runtime.NumCPU()
+	// SIM_PROCS=2 runs each schedule's goroutines in parallel (GOMAXPROCS=2): races
+	// between goroutines at one simulated instant (a joiner and a force release) happen
+	// on the CPU then, at the cost of replays.
+	procs := "1"
+	if s := os.Getenv("SIM_PROCS"); s != "" {
+		procs = s
+	}
+	np, _ := strconv.Atoi(procs)
+	workers := max(runtime.NumCPU()/max(np, 1), 1)
 	if s := os.Getenv("SIM_WORKERS"); s != "" {
 		workers, _ = strconv.Atoi(s)
 	}
@@ -76,10 +87,12 @@ func run() int {
 	var wg sync.WaitGroup
 	failed := false
 	start := time.Now()
+	var firstAt time.Duration // the first violation: after this long, about firstNth schedules
+	firstNth := 0
 	for i := range workers {
 		wg.Go(func() {
 			cmd := exec.Command(bin, base...)
-			cmd.Env = append(os.Environ(), "GOMAXPROCS=1", "SIM_TIME="+budget.String(), "SIM_FIRST="+first,
+			cmd.Env = append(os.Environ(), "GOMAXPROCS="+procs, "SIM_TIME="+budget.String(), "SIM_FIRST="+first,
 				fmt.Sprintf("SIM_WORKER=%d/%d", i, workers))
 			out, _ := cmd.StdoutPipe()
 			cmd.Stderr = os.Stderr
@@ -96,6 +109,17 @@ func run() int {
 					mu.Lock()
 					add(totals, &extra, line)
 					mu.Unlock()
+				case strings.HasPrefix(line, "SIM violation"):
+					mu.Lock()
+					if firstAt == 0 {
+						firstAt = time.Since(start)
+						if _, after, ok := strings.Cut(line, " nth="); ok {
+							nth, _ := strconv.Atoi(strings.Fields(after)[0])
+							firstNth = nth * workers
+						}
+					}
+					mu.Unlock()
+					fmt.Println(line)
 				case strings.HasPrefix(line, "SIM "):
 					fmt.Println(line)
 				}
@@ -115,6 +139,9 @@ func run() int {
 		n, totals["violations"], totals["failed_seeds"], workers, first, perMin,
 		totals["ops_per_schedule"]/float64(workers), totals["acquires_per_schedule"]/float64(workers),
 		totals["commands_per_schedule"]/float64(workers), totals["stale_writes_refused"], took.Round(time.Second))
+	if firstAt > 0 {
+		line += fmt.Sprintf(" first_violation_after=%v(~%d_schedules)", firstAt.Round(time.Second), firstNth)
+	}
 	if len(extra) > 0 {
 		line += " " + strings.Join(extra, " ")
 	}
