@@ -193,6 +193,16 @@ func (w *World) plan(p params) []fault {
 			}
 			losses = append(losses, f)
 			f.dur = min(time.Duration(20+r.IntN(280))*time.Millisecond, left)
+			if f.kind == fFlush && r.IntN(2) == 0 {
+				// Flushed again a quarantine to a health interval later (a cleanup job run
+				// twice): the second loss lands while clients that saw the first one have
+				// not read the node's marker again yet.
+				again := f
+				again.at = at + p.ttl + time.Duration(r.Int64N(int64(p.health)))
+				if again.at < end {
+					out = append(out, again)
+				}
+			}
 		case fEvict:
 			f.keys = 1 + r.IntN(3)
 			f.nodes = r.Perm(cfg.Nodes)[:1+r.IntN(3)]

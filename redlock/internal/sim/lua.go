@@ -206,7 +206,12 @@ func (s *Server) luaErr(L *lua.LState, raise bool, msg string) int {
 }
 
 // luaNumber writes a number as Lua 5.1 does (LUAI_NUMFFORMAT "%.14g").
-func luaNumber(f float64) string { return fmt.Sprintf("%.14g", f) }
+func luaNumber(f float64) string {
+	if f == float64(int64(f)) && f > -1e14 && f < 1e14 {
+		return strconv.FormatInt(int64(f), 10) // what %.14g writes for these, without fmt
+	}
+	return fmt.Sprintf("%.14g", f)
+}
 
 // toLua converts a command's reply for a script.
 func toLua(L *lua.LState, r reply) lua.LValue {

@@ -35,6 +35,6 @@ func (nopLogger) Printf(context.Context, string, ...any) {}
 
 func TestMain(m *testing.M) {
 	redis.SetLogger(nopLogger{})
-	debug.SetGCPercent(400) // the schedules' heaps are small: trade memory for CPU
+	debug.SetGCPercent(800) // the schedules' heaps are small: trade memory for CPU
 	os.Exit(m.Run())
 }
