@@ -95,11 +95,12 @@ type forceLanding struct {
 }
 
 // forceWindow is one force release of a key by a client, from its call until it
-// returned. A force release frees the key under every holder; the forcing client marks
+// returned. A force release frees the key under every holder: the forcing client marks
 // its own holders lost, while another client's holder learns it at its next renewal (the
 // narrow race any operator override has, which fencing guards: doc.go, force.go). So a
-// holder of another client that was inside, or whose acquire was under way, during the
-// force is exempt from the overlap checks (its tokens are still checked).
+// holder that was inside, or whose winning round may have been out, when one of the
+// force's deletes ran is exempt from the overlap checks (forced; its tokens are still
+// checked), unless it is the forcing client's own and the call was still under way.
 type forceWindow struct {
 	client     int
 	start, end time.Time
@@ -237,17 +238,14 @@ func (g *ledger) exit(h *holder) {
 // client's that ran after that call returned (a late delivery). A holder of the forcing
 // client while its call runs is not exempt: the client must have marked it lost.
 func (g *ledger) forced(kl *keyLedger, h *holder, slack time.Duration) bool {
-	for _, l := range kl.landed {
-		if !l.at.Before(h.asked) && (l.client != h.client || !l.running) {
-			return true
-		}
+	entered := h.entered
+	if entered.IsZero() {
+		entered = time.Now()
 	}
-	for _, f := range kl.forces {
-		end := f.end
-		if end.IsZero() {
-			end = time.Now() // under way
-		}
-		if f.client != h.client && h.asked.Before(end) && h.entered.Before(end.Add(slack)) {
+	for _, l := range kl.landed {
+		// The delete ran while h was inside, or while its winning round may have been
+		// out (a round ends within slack): h's grants may be among what it deleted.
+		if !l.at.Before(h.asked) && !l.at.Before(entered.Add(-slack)) && (l.client != h.client || !l.running) {
 			return true
 		}
 	}

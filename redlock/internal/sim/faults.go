@@ -201,6 +201,20 @@ func (w *World) plan(p params) []fault {
 				again.at = at + p.ttl + time.Duration(r.Int64N(int64(p.health)))
 				if again.at < end {
 					out = append(out, again)
+					if r.IntN(2) == 0 {
+						// Faults come together: meanwhile a client is cut off from two
+						// other nodes, so its locks stand on a bare majority that
+						// includes the flushed node.
+						others := []int{}
+						for _, n := range r.Perm(cfg.Nodes) {
+							if n != f.node && len(others) < 2 {
+								others = append(others, n)
+							}
+						}
+						cutAt := max(again.at-p.ttl, at)
+						out = append(out, fault{kind: fPartition, at: cutAt, client: r.IntN(cfg.Clients), nodes: others,
+							dur: min(2*p.ttl+time.Duration(r.Int64N(int64(p.ttl))), end-cutAt)})
+					}
 				}
 			}
 		case fEvict:

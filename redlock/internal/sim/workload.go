@@ -158,17 +158,6 @@ func (wl *workload) worker(ci int, who string, r role, rng *rand.Rand) {
 			locks, err = c.AcquireAll(ctx, ks, o)
 		} else {
 			key := keys[rng.IntN(len(keys))]
-			if o.Shared && rng.IntN(8) == 0 {
-				// An operator's force release of the key at the very instant a reader of
-				// this client asks for it (it may join its client's group): the two run
-				// together (in parallel with SIM_PROCS=2), which is where a joiner could
-				// slip between a force's listing of holders and its deletes.
-				wl.bg.Go(func() {
-					start := wl.g.forceBegins(key, ci).start
-					_, _ = c.ForceRelease(context.Background(), key)
-					wl.g.forceEnds(key, ci, start)
-				})
-			}
 			var l *redlock.Lock
 			l, err = c.Acquire(ctx, key, o)
 			if err == nil {
@@ -234,6 +223,9 @@ func (wl *workload) hold(ci int, who string, r role, locks []*redlock.Lock, rng 
 		for _, h := range holders {
 			g.write(h)
 		}
+		if r.kind == kindShared && !r.set && rng.IntN(3) == 0 {
+			wl.joinUnderForce(ci, who, r, holders[0], rng.Int64N(int64(2*time.Millisecond)))
+		}
 		d := time.Duration(rng.Int64N(int64(3 * time.Millisecond)))
 		if rng.IntN(8) == 0 { // a long hold, kept alive
 			d = time.Duration(rng.Int64N(int64(3 * ttl / 2)))
@@ -291,4 +283,33 @@ func (wl *workload) probeFree() {
 		}
 		_ = l.Release(context.Background())
 	}
+}
+
+// joinUnderForce starts, d after a reader got its key, another reader of the same client
+// for the same key (it joins the first one's group: readgroup.go) and, at that very
+// instant, an operator's force release of the key on that client. With SIM_PROCS=2 the
+// two run in parallel on the CPU: a joiner that slipped between the force's listing of
+// holders and its deletes would keep trusting an entry the force deleted.
+func (wl *workload) joinUnderForce(ci int, who string, r role, first *holder, d int64) {
+	c := wl.clients[ci]
+	wl.bg.Go(func() {
+		time.Sleep(time.Duration(d))
+		wl.bg.Go(func() {
+			start := wl.g.forceBegins(first.key, ci).start
+			_, _ = c.ForceRelease(context.Background(), first.key)
+			wl.g.forceEnds(first.key, ci, start)
+		})
+		asked := time.Now()
+		l, err := c.Acquire(context.Background(), first.key, redlock.AcquireOptions{Shared: true, Fencing: r.fence})
+		if err != nil {
+			return
+		}
+		wl.ops.Add(2)
+		h := &holder{l: l, client: ci, asked: asked, key: first.key, who: who + "/joiner", kind: kindShared, fencing: r.fence, token: l.Token()}
+		if wl.g.enter(h) {
+			time.Sleep(time.Duration(d))
+			wl.g.exit(h)
+		}
+		_ = l.Release(context.Background())
+	})
 }
