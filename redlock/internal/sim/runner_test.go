@@ -107,7 +107,7 @@ func report(t *testing.T, res Result, cfg Config) {
 }
 
 func summary(t *testing.T, results []Result, took time.Duration, cfg Config, again map[uint64][2]int) {
-	var viol, failed, ops, acq, cmds, stale int64
+	var viol, failed, ops, acq, cmds, stale, joins int64
 	kinds := map[string]int{}
 	var seeds []string
 	for _, r := range results {
@@ -123,13 +123,14 @@ func summary(t *testing.T, results []Result, took time.Duration, cfg Config, aga
 		acq += r.Acquires
 		cmds += r.Commands
 		stale += int64(r.Stale[0])
+		joins += r.Joins
 	}
 	n := int64(max(len(results), 1))
 	var ru syscall.Rusage
 	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
 	cpu := time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-	line := fmt.Sprintf("SIM schedules=%d violations=%d failed_seeds=%d ops_per_schedule=%d acquires_per_schedule=%d commands_per_schedule=%d stale_writes_refused=%d real=%v cpu=%v",
-		len(results), viol, failed, ops/n, acq/n, cmds/n, stale, took.Round(time.Millisecond), cpu.Round(time.Millisecond))
+	line := fmt.Sprintf("SIM schedules=%d violations=%d failed_seeds=%d ops_per_schedule=%d acquires_per_schedule=%d commands_per_schedule=%d stale_writes_refused=%d joins_under_force=%d real=%v cpu=%v",
+		len(results), viol, failed, ops/n, acq/n, cmds/n, stale, joins, took.Round(time.Millisecond), cpu.Round(time.Millisecond))
 	if cfg.Beyond {
 		line += " mode=beyond(expected)"
 	}

@@ -51,6 +51,7 @@ type Result struct {
 	Violations []Violation
 	Ops        int64 // lock operations: acquires that returned a lock, and releases
 	Acquires   int64 // Acquire and AcquireAll calls
+	Joins      int64 // readers that joined their client's group under a force release
 	Commands   int64 // commands the nodes ran
 	Faults     int
 	Stale      [2]int // fenced writes of paused holders: refused, accepted (nobody wrote since)
@@ -150,6 +151,7 @@ func Run(seed uint64, cfg Config) Result {
 	res.Violations = g.violations
 	res.Ops = wl.ops.Load()
 	res.Acquires = wl.acquires.Load()
+	res.Joins = wl.joins.Load()
 	res.Commands = w.stats.requests.Load()
 	res.Stale = [2]int{g.staleRefused, g.staleAccepted}
 	if w.trace != nil {

@@ -57,7 +57,7 @@ type workload struct {
 	mu     sync.Mutex
 	paused []time.Time // per client: a GC pause ends then
 
-	ops, acquires atomic.Int64
+	ops, acquires, joins atomic.Int64
 }
 
 func (wl *workload) intn(n int) int {
@@ -299,17 +299,36 @@ func (wl *workload) joinUnderForce(ci int, who string, r role, first *holder, d 
 			_, _ = c.ForceRelease(context.Background(), first.key)
 			wl.g.forceEnds(first.key, ci, start)
 		})
+		// A few µs of CPU first, of a length drawn from the seed: in parallel (SIM_PROCS=2)
+		// the force release then starts a little before or after the join, on the CPU.
+		spin(d % 400000)
 		asked := time.Now()
 		l, err := c.Acquire(context.Background(), first.key, redlock.AcquireOptions{Shared: true, Fencing: r.fence})
 		if err != nil {
 			return
 		}
 		wl.ops.Add(2)
+		if l.Info().Attempts == 0 {
+			wl.joins.Add(1) // it shared the first reader's entry (readgroup.go)
+		}
 		h := &holder{l: l, client: ci, asked: asked, key: first.key, who: who + "/joiner", kind: kindShared, fencing: r.fence, token: l.Token()}
 		if wl.g.enter(h) {
-			time.Sleep(time.Duration(d))
+			// Held a while: another client's writer, woken by the force's notice, takes
+			// the key meanwhile if the joiner kept trusting an entry the force deleted.
+			time.Sleep(wl.p.ttl / 2)
 			wl.g.exit(h)
 		}
 		_ = l.Release(context.Background())
 	})
+}
+
+var spinSink atomic.Int64
+
+// spin burns about n/4 ns of CPU (the simulated clock does not move meanwhile).
+func spin(n int64) {
+	x := int64(0)
+	for i := range n {
+		x += i ^ x
+	}
+	spinSink.Store(x)
 }
