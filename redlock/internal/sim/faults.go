@@ -100,12 +100,13 @@ const (
 	fNotices
 	fGCPause
 	fForce
+	fFlushTwice
 	fMajorityRestart // beyond the assumptions
 	nFaultKinds
 )
 
 var faultNames = [...]string{"slow", "loss", "partition", "pause", "restart", "restart-last-second", "flushall",
-	"evict", "script-flush", "drop-conns", "notices", "gc-pause", "force-release", "majority-restart"}
+	"evict", "script-flush", "drop-conns", "notices", "gc-pause", "force-release", "flushall-twice", "majority-restart"}
 
 func (k faultKind) String() string { return faultNames[k] }
 
@@ -187,34 +188,32 @@ func (w *World) plan(p params) []fault {
 			f.nodes = r.Perm(cfg.Nodes)[:1+r.IntN(3)]
 		case fPause:
 			f.dur = min(time.Duration(r.Int64N(int64(3*p.ttl/2)))+20*time.Millisecond, left)
-		case fRestart, fRestartLastSecond, fFlush:
+		case fRestart, fRestartLastSecond, fFlush, fFlushTwice:
 			if !lossOK(at, f.node) {
 				continue
 			}
 			losses = append(losses, f)
 			f.dur = min(time.Duration(20+r.IntN(280))*time.Millisecond, left)
-			if f.kind == fFlush && r.IntN(2) == 0 {
+			if f.kind == fFlushTwice {
 				// Flushed again a quarantine to a health interval later (a cleanup job run
-				// twice): the second loss lands while clients that saw the first one have
-				// not read the node's marker again yet.
+				// twice): the second loss lands while clients that saw the first one in a
+				// grant have not read the node's marker again yet. Meanwhile a client is
+				// cut off from two other nodes, so its locks stand on a bare majority
+				// that includes the flushed node.
+				f.kind = fFlush
 				again := f
 				again.at = at + p.ttl + time.Duration(r.Int64N(int64(p.health)))
 				if again.at < end {
 					out = append(out, again)
-					if r.IntN(2) == 0 {
-						// Faults come together: meanwhile a client is cut off from two
-						// other nodes, so its locks stand on a bare majority that
-						// includes the flushed node.
-						others := []int{}
-						for _, n := range r.Perm(cfg.Nodes) {
-							if n != f.node && len(others) < 2 {
-								others = append(others, n)
-							}
+					others := []int{}
+					for _, n := range r.Perm(cfg.Nodes) {
+						if n != f.node && len(others) < 2 {
+							others = append(others, n)
 						}
-						cutAt := max(again.at-p.ttl, at)
-						out = append(out, fault{kind: fPartition, at: cutAt, client: r.IntN(cfg.Clients), nodes: others,
-							dur: min(2*p.ttl+time.Duration(r.Int64N(int64(p.ttl))), end-cutAt)})
 					}
+					cutAt := max(again.at-p.ttl, at)
+					out = append(out, fault{kind: fPartition, at: cutAt, client: r.IntN(cfg.Clients), nodes: others,
+						dur: min(2*p.ttl+time.Duration(r.Int64N(int64(p.ttl))), end-cutAt)})
 				}
 			}
 		case fEvict:
