@@ -125,10 +125,53 @@ type ledger struct {
 	staleRefused, staleAccepted int
 	forceSlack                  time.Duration // a round under way when a force ended lands within it
 	lastFault                   func() string
+	// handing: per client and key, the mode of the lock its last holder released (a
+	// local handoff hands that lock to the next waiter of the same client): a handed
+	// lock must be of the mode its holder asked for (mode.go: no handoff crosses modes).
+	handing map[handKey]holdMode
 }
 
 func newLedger(t0 time.Time, lastFault func() string) *ledger {
-	return &ledger{t0: t0, keys: map[string]*keyLedger{}, reported: map[[2]*holder]bool{}, lastFault: lastFault}
+	return &ledger{t0: t0, keys: map[string]*keyLedger{}, reported: map[[2]*holder]bool{}, lastFault: lastFault,
+		handing: map[handKey]holdMode{}}
+}
+
+type handKey struct {
+	client int
+	key    string
+}
+
+// holdMode is what a lock was asked for, as far as a handoff must keep it.
+type holdMode struct {
+	kind    holdKind
+	set     bool
+	fencing bool
+}
+
+// released notes the mode of a lock its holder is about to release or hand over.
+func (g *ledger) released(h *holder) {
+	if h.kind != kindExclusive {
+		return // only an exclusive lock has a line to be handed on in (limit.go, readgroup.go)
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.handing[handKey{h.client, h.key}] = holdMode{h.kind, h.set, h.fencing}
+}
+
+// checkHanded judges a lock at its holder's entry: a reader and a limit holder never get
+// a handed lock (readers have no line; places are not handed on), and a handed lock is
+// of the mode of the lock its client released last on that key.
+func (g *ledger) checkHandedLocked(h *holder) {
+	if !h.handed {
+		return
+	}
+	if h.kind != kindExclusive {
+		g.violationLocked("mode", "%s holds a handed lock (a %s is never handed one)", h, h.kind)
+		return
+	}
+	if from, ok := g.handing[handKey{h.client, h.key}]; ok && from != (holdMode{h.kind, h.set, h.fencing}) {
+		g.violationLocked("mode", "%s holds a lock handed from a %s holder (set %v, fencing %v)", h, from.kind, from.set, from.fencing)
+	}
 }
 
 func (g *ledger) key(k string) *keyLedger {
@@ -164,6 +207,7 @@ func (g *ledger) enter(h *holder) bool {
 		return false
 	}
 	kl := g.key(h.key)
+	g.checkHandedLocked(h)
 	g.checkAgainst(kl, h)
 	if h.fencing {
 		switch h.kind {

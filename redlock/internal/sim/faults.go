@@ -232,6 +232,27 @@ func (w *World) plan(p params) []fault {
 		}
 		out = append(out, f)
 	}
+	if p.lateStart > 0 && !cfg.Skip["young"] {
+		// The late client meets a node that restarted a moment before it started, not
+		// with most nodes (young: voting.go), while an earlier client, cut off from two
+		// other nodes, held its locks on a bare majority that included that node.
+		q := p.ttl + time.Duration(float64(p.ttl)*driftFactor) + 2*time.Millisecond
+		node := r.IntN(cfg.Nodes)
+		at := max(p.lateStart-time.Duration(r.Int64N(int64(q))), 0)
+		if lossOK(at, node) {
+			f := fault{kind: fRestart, at: at, node: node, dur: time.Duration(20+r.IntN(50)) * time.Millisecond}
+			losses = append(losses, f)
+			others := []int{}
+			for _, n := range r.Perm(cfg.Nodes) {
+				if n != node && len(others) < 2 {
+					others = append(others, n)
+				}
+			}
+			cutAt := max(at-p.ttl, 0)
+			out = append(out, f, fault{kind: fPartition, at: cutAt, client: r.IntN(max(cfg.Clients-1, 1)), nodes: others,
+				dur: min(2*p.ttl+q, end-cutAt)})
+		}
+	}
 	slices.SortStableFunc(out, func(a, b fault) int { return int(a.at - b.at) })
 	return out
 }

@@ -255,6 +255,7 @@ func (wl *workload) hold(ci int, who string, r role, locks []*redlock.Lock, rng 
 	}
 	for _, h := range holders {
 		g.exit(h)
+		g.released(h)
 	}
 	handOver := r.kind == kindExclusive && rng.IntN(2) == 0
 	for _, l := range locks {
