@@ -4,13 +4,11 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"net"
 	"runtime"
 	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -132,7 +130,7 @@ func Run(seed uint64, cfg Config) Result {
 	}
 
 	wl := &workload{w: w, p: p, g: g, clients: clients, end: w.t0.Add(cfg.Duration),
-		stop: w.t0.Add(cfg.Duration + cfg.Quiet/2), rng: rand.New(rand.NewPCG(seed, 0xd0))}
+		stop: w.t0.Add(cfg.Duration + cfg.Quiet/2)}
 	wl.run(start)
 
 	// Liveness: every key free now (the load stopped and released): a free key is taken
@@ -242,5 +240,3 @@ func (w *World) lastFault() string {
 	}
 	return noFault
 }
-
-var _ = atomic.Int64{}

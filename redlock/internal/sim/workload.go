@@ -50,29 +50,12 @@ type workload struct {
 	ready   []chan struct{} // closed once the client exists
 	end     time.Time       // faults end; the load goes on (judged for liveness) until stop
 	stop    time.Time
-	rng     *rand.Rand
-	rngMu   sync.Mutex
 	bg      sync.WaitGroup
 
 	mu     sync.Mutex
 	paused []time.Time // per client: a GC pause ends then
 
 	ops, acquires, joins atomic.Int64
-}
-
-func (wl *workload) intn(n int) int {
-	wl.rngMu.Lock()
-	defer wl.rngMu.Unlock()
-	return wl.rng.IntN(n)
-}
-
-func (wl *workload) dur(d time.Duration) time.Duration {
-	if d <= 0 {
-		return 0
-	}
-	wl.rngMu.Lock()
-	defer wl.rngMu.Unlock()
-	return time.Duration(wl.rng.Int64N(int64(d)))
 }
 
 // run starts every client and its workers, and returns once they stopped and released.
