@@ -132,6 +132,9 @@ type contention struct {
 	mode    mode
 	start   time.Time
 	w       *watch // the key's release notices, once watched
+	// misses counts, for a reader, the tries refused right after a release notice woke
+	// it: readers' turns it missed, each of which doubles the turn it asks for.
+	misses int
 }
 
 func (k *contention) busy(attempts int, retryAfter time.Duration) error {
@@ -168,6 +171,7 @@ func (k *contention) run() (*Lock, error) {
 		c.yieldTo(k.waitCtx, k.w)
 	}
 	unavailable := 0
+	noticed := false // the last wait ended with a release notice
 	for attempt := 1; ; attempt++ {
 		if c.closed.Load() {
 			return nil, ErrClosed
@@ -194,6 +198,10 @@ func (k *contention) run() (*Lock, error) {
 			continue
 		}
 		unavailable = 0
+		if noticed && k.slots[0].shared {
+			k.misses++ // refused right after a release: the readers' turn, if any, was too short for us
+		}
+		noticed = false
 		switch {
 		case k.ctx.Err() != nil:
 			return nil, k.ctx.Err()
@@ -209,7 +217,7 @@ func (k *contention) run() (*Lock, error) {
 		if res.minPTTL > 0 && res.minPTTL < delay {
 			delay = res.minPTTL // the holder's key expires sooner than our next try
 		}
-		sleep(k.waitCtx, delay, wake) // or until a release notice
+		noticed = sleep(k.waitCtx, delay, wake) // or until a release notice
 	}
 }
 
@@ -223,7 +231,11 @@ func (k *contention) try(attempt int) (l *Lock, res attemptResult, retry bool) {
 	if k.waitCtx.Err() != nil {
 		mark = 0 // no try after this one: do not hold readers back
 	}
-	got, res := c.trySlots(k.ctx, k.slots, try{owner: k.owner, n: attempt, ttl: k.ttl, fencing: k.fencing, mark: mark})
+	a := try{owner: k.owner, n: attempt, ttl: k.ttl, fencing: k.fencing, mark: mark}
+	if k.slots[0].shared {
+		a.turnAsk = c.readersTurnAsk(k.misses)
+	}
+	got, res := c.trySlots(k.ctx, k.slots, a)
 	if res.validity <= 0 {
 		return nil, res, res.closed // closed: run says ErrClosed
 	}
@@ -249,15 +261,18 @@ func (k *contention) try(attempt int) (l *Lock, res attemptResult, retry bool) {
 	return nil, res, true
 }
 
-// sleep waits d, or until ctx ends or wake (if not nil) fires.
-func sleep(ctx context.Context, d time.Duration, wake <-chan struct{}) {
+// sleep waits d, or until ctx ends or wake (if not nil) fires, and reports whether wake
+// ended it.
+func sleep(ctx context.Context, d time.Duration, wake <-chan struct{}) bool {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-wake:
+		return true
 	case <-t.C:
 	case <-ctx.Done():
 	}
+	return false
 }
 
 // newLock registers the lock a successful round took, or gives it back and returns nil
@@ -366,6 +381,7 @@ type nodeReply struct {
 	token    int64
 	reserved bool   // with fencing: the node keeps token + the handoff reserve
 	marker   string // a grant's reading of the node's data marker ("" when it has none)
+	evicted  int64  // a grant's reading of the node's eviction count, -1 when not read
 	pttl     time.Duration
 	err      error
 }
@@ -392,6 +408,9 @@ type try struct {
 	// mark is how long a writer refused by readers marks itself as waiting (shared locks:
 	// writerMarkTTL); 0 for a last try, after which the writer will not wait.
 	mark time.Duration
+	// turnAsk is the readers' turn a reader refused by a writer asks for (readgroup.go,
+	// readersTurnAsk); 0 for a writer.
+	turnAsk time.Duration
 }
 
 func (a try) value() string { return a.owner + strconv.Itoa(a.n) }
@@ -451,20 +470,24 @@ func (c *Client) tryOnce(ctx context.Context, nm names, a try) attemptResult {
 func (c *Client) sendRound(ctx context.Context, nm names, a try, start time.Time) *round {
 	rd := newRound(c)
 	value := a.value()
-	// The node's data marker comes back with every grant (the last key): a grant from a
+	// The node's data marker comes back with every grant (the key before the last, the
+	// node's bound being the last: fencingLua reads it for counter expiries): a grant from a
 	// node that lost its data since this client last read the marker is no vote
 	// (acquireReply, dataloss.go).
-	script, keys := acquireScript, []string{nm.lock, nm.counter, nm.writer, c.markerKey()}
+	script, keys := acquireScript, []string{nm.lock, nm.counter, nm.writer, c.markerKey(), c.boundKey()}
 	if nm.shared {
-		script, keys = readAcquireScript, []string{nm.lock, nm.counter, nm.writer, nm.readers, nm.turn, c.markerKey()}
+		script, keys = readAcquireScript, []string{nm.lock, nm.counter, nm.writer, nm.readers, nm.turn, c.markerKey(), c.boundKey()}
 	}
 	argv := []any{value, a.ttl.Milliseconds(), a.owner, boolArg(a.fencing), c.counterTTL().Milliseconds(), a.n,
-		a.mark.Milliseconds()}
+		a.mark.Milliseconds(), "0", a.turnAsk.Milliseconds()}
 	if a.fencing {
 		argv = append(argv, c.proposeToken(start), c.tokenLead().Microseconds(), c.handoffReserve(nm))
 	}
 	parse := scriptReply
 	cmd := transport.NewCommand(script, keys, argv...)
+	// Nodes that may evict also report their eviction count with a grant (evictionsLua):
+	// the same command but for ARGV[8], made only when such a node is asked.
+	var evCmd *transport.Command
 	for i, nd := range c.nodes {
 		// A node that restarted under our eyes gets nothing until its quarantine ends. A
 		// young one still gets the SET: whether its vote counts is decided with the
@@ -473,10 +496,22 @@ func (c *Client) sendRound(ctx context.Context, nm names, a try, start time.Time
 			rd.add(nodeReply{idx: i, err: quarantinedErr{nd.quarantinedUntil(start)}})
 			continue
 		}
+		ncmd, evict := cmd, nd.canEvict.Load()
+		if evict {
+			if evCmd == nil {
+				evArgv := append([]any(nil), argv...)
+				evArgv[7] = "1"
+				evCmd = transport.NewCommand(script, keys, evArgv...)
+			}
+			ncmd = evCmd
+		}
 		t0 := time.Now()
-		nd.tr.Call(ctx, cmd, func(r transport.Reply) {
+		nd.tr.Call(ctx, ncmd, func(r transport.Reply) {
 			rep := parse(r)
 			nd.record("acquire", time.Since(t0), rep.err)
+			if evict && rep.ok && rep.evicted < 0 {
+				nd.warnNoEvictions()
+			}
 			rd.add(acquireReply(i, nd, rep))
 		})
 	}
@@ -563,43 +598,41 @@ func acquireReply(i int, nd *node, rep nodeReply) nodeReply {
 	// (OnConnect reads the run_id before sending it): the check before sending passed, so
 	// check again. The reply is then no vote, and as it is not marked answered, the
 	// round's release still goes to this node.
+	// A grant from a node whose marker is gone or changed since this client read it, or
+	// whose eviction count moved: the node lost data (a flush, an eviction) after the
+	// last health check. It may have lost another client's lock too: no vote, and
+	// quarantined from now (dataloss.go). All in one step (grantHolds).
 	// (A node that started less than a quarantine ago is judged with the round's other
 	// replies in: Client.votes.)
-	if now := time.Now(); nd.restarted(now) {
-		return nodeReply{idx: i, err: quarantinedErr{nd.quarantinedUntil(now)}}
-	}
-	// A grant from a node whose marker is gone or changed since this client read it: the
-	// node lost its data (a flush, an eviction) after the last health check. It may have
-	// lost another client's lock too: no vote, and quarantined from now (dataloss.go).
-	if rep.ok && !nd.markerHolds(rep.marker) {
-		return nodeReply{idx: i, err: quarantinedErr{nd.quarantinedUntil(time.Now())}}
+	if until := nd.grantHolds(rep, time.Now()); !until.IsZero() {
+		return nodeReply{idx: i, err: quarantinedErr{until}}
 	}
 	return rep
 }
 
-// scriptReply reads the acquire script's answer: {1, token, reserved, marker} or
-// {0, PTTL}.
+// scriptReply reads the acquire script's answer: {1, token, reserved, marker, evicted}
+// or {0, PTTL}.
 func scriptReply(reply transport.Reply) nodeReply {
 	r, err := reply.Slice()
-	var rep nodeReply
+	rep := nodeReply{evicted: -1}
 	if err != nil {
 		rep.err = err
 		return rep
 	}
-	ints := make([]int64, 0, 3)
+	ints := make([]int64, 0, 4)
 	for _, v := range r {
 		if n, ok := v.(int64); ok {
 			ints = append(ints, n)
 		}
 	}
 	switch {
-	case len(r) == 4 && len(ints) == 3 && ints[0] == 1:
+	case len(r) == 5 && len(ints) == 4 && ints[0] == 1:
 		m, ok := r[3].(string)
 		if !ok {
 			rep.err = fmt.Errorf("unexpected acquire reply %v", r)
 			break
 		}
-		rep.ok, rep.token, rep.reserved, rep.marker = true, ints[1], ints[2] == 1, m
+		rep.ok, rep.token, rep.reserved, rep.marker, rep.evicted = true, ints[1], ints[2] == 1, m, ints[3]
 	case len(r) == 2 && len(ints) == 2 && ints[0] == 0:
 		rep.busy, rep.pttl = true, time.Duration(ints[1])*time.Millisecond
 	default:
@@ -613,7 +646,7 @@ func scriptReply(reply transport.Reply) nodeReply {
 func (c *Client) commitToken(ctx context.Context, nm names, value string, token int64) error {
 	argv := []any{value, token, c.counterTTL().Milliseconds(), boolArg(nm.shared)}
 	ok, _, errs := c.onAll(ctx, "commit", c.quorum, func(cctx context.Context, _ int, nd *node) (bool, error) {
-		r, err := commitScript.Run(cctx, nd.tr, []string{nm.lock, nm.counter, nm.readers}, argv...).Int64()
+		r, err := commitScript.Run(cctx, nd.tr, []string{nm.lock, nm.counter, nm.readers, c.boundKey()}, argv...).Int64()
 		return r == 1, err
 	})
 	if ok < c.quorum {

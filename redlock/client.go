@@ -21,6 +21,7 @@ type Client struct {
 	id     string // random; tags this client's release notices
 	opt    Options
 	marker string // the data marker's name (dataloss.go): every acquire round sends it
+	boundK string // where the nodes keep the bound (boundKey): every acquire round sends it too
 	nodes  []*node
 	links  []*transport.Node // nodes[i].tr, for transport.OnAll
 	quorum int
@@ -67,7 +68,7 @@ func New(urls []string, opt Options) (*Client, error) {
 		return nil, fmt.Errorf("redlock: %w", err)
 	}
 	c := &Client{id: rand.Text(), opt: opt, quorum: len(urls)/2 + 1, held: map[string][]*Lock{},
-		marker: opt.Prefix + markerName}
+		marker: opt.Prefix + markerName, boundK: opt.Prefix + boundName}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	seen := map[string]bool{}
 	for _, u := range urls {

@@ -11,7 +11,10 @@ import (
 	"testing"
 	"time"
 
+	"log/slog"
+
 	"github.com/caddy-redlock/caddy-redlock/internal/redistest"
+	"github.com/caddy-redlock/caddy-redlock/redlock/internal/transport"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -300,9 +303,37 @@ func userURLs(servers []*redistest.Server, user, password string) []string {
 
 // Every feature works under exactly the ACL line of docs/connecting.md, also after SCRIPT FLUSH (the
 // NOSCRIPT fallback must not need SCRIPT LOAD, which the line does not grant).
+//
+// Node 1 may evict (a memory limit, volatile-ttl): the acquire scripts read its eviction
+// count with INFO, which the line grants inside scripts too.
 func TestDocsACLUser(t *testing.T) {
 	servers := aclServers(t, 3, docsACLLine(t, "locker", "s3cret"))
+	for _, kv := range [][]string{{"maxmemory", "64mb"}, {"maxmemory-policy", "volatile-ttl"}} {
+		if _, err := servers[0].Command("CONFIG", "SET", kv[0], kv[1]); err != nil {
+			t.Fatal(err)
+		}
+	}
 	urls := userURLs(servers, "locker", "s3cret")
+	tn, err := transport.New(urls[0], transport.Config{NodeTimeout: 5 * time.Second, Scripts: scripts,
+		Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tn.Close()
+	for _, script := range []*transport.Script{acquireScript, readAcquireScript} {
+		keys := []string{"redlock:acl", "redlock:acl\x00fence", "redlock:acl\x00writer", "redlock:\x00data_marker", "redlock:\x00max_ttl"}
+		if script == readAcquireScript {
+			keys = []string{"redlock:acl", "redlock:acl\x00fence", "redlock:acl\x00writer", "redlock:acl\x00readers",
+				"redlock:acl\x00readturn", "redlock:\x00data_marker", "redlock:\x00max_ttl"}
+		}
+		rep := scriptReply(script.Run(context.Background(), tn, keys, "o:1", 5000, "o:", "0", 60000, 1, 0, "1"))
+		if rep.err != nil || !rep.ok || rep.evicted < 0 {
+			t.Fatalf("grant reading the eviction count under the ACL line: ok %v, evicted %d, %v", rep.ok, rep.evicted, rep.err)
+		}
+		if _, err := tn.Do(context.Background(), "del", "redlock:acl", "redlock:acl\x00readers").Int64(); err != nil {
+			t.Fatal(err)
+		}
+	}
 	exerciseFeatures(t, urls, notifyOptions())
 	for _, s := range servers {
 		if _, err := s.Command("SCRIPT", "FLUSH"); err != nil {

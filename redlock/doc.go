@@ -58,7 +58,8 @@
 // Lock order: a goroutine holding one of these mutexes takes only those listed after it,
 // never one before. readGroups.mu, then queues.mu (which also guards every turn), then
 // notifier.mu (a line's release notices); queues.mu and readGroups.mu, then
-// Client.heldMu and Lock.mu (a handoff registers the next lock under queues.mu);
+// Client.heldMu and Lock.mu (a handoff registers the next lock under queues.mu, and so
+// does a reader joining its client's group);
 // renewer.mu, then Lock.mu (the renewer reads a lock's state); Client.shutMu, then
 // heldMu and bgMu. Lock.mu, heldMu, node.mu and round.mu are leaves: nothing is taken
 // under them (a Lock's context is cancelled under Lock.mu, and context.AfterFunc
@@ -134,9 +135,11 @@
 // tokens already issued. The condition docs/safety.md states: node clocks differ by less
 // than the quarantine minus 2 x lead + K.
 //
-// Counter expiry: every script that writes a counter gives it an expiry E = 2 x the
-// writing client's quarantine (counterTTL: about 2 x max_ttl), so a node keeps counters
-// only for keys used in the last E, never an hour of unique keys. Why E is long enough:
+// Counter expiry: every script that writes a counter gives it an expiry E, the longer of
+// 2 x the writing client's quarantine (counterTTL: about 2 x max_ttl) and 2 x the bound
+// the node keeps (the longest max_ttl announced to it, read in the same script:
+// counterTTLLua), so a node keeps counters only for keys used in the last E, never an
+// hour of unique keys. Why E is long enough:
 // let x be the shared node of the argument above, s the time (x's clock) of the last
 // write of counter_x, which came at or after counter_x reached a. Redis expires the
 // counter when x's clock reads s + E (it stores the expiry as a time of its own clock,
@@ -151,8 +154,23 @@
 // already implies, with a whole quarantine to spare: the expiry never is the weaker
 // guard. A lock held longer than E (renewals do not touch the counter) changes nothing:
 // B's grant still follows A's release, and s still follows a. Restarts and clock steps
-// of x are covered as for the restart case; clients with different max_ttl write
-// different E, each long enough by its own quarantine (docs/safety.md asks for one max_ttl).
+// of x are covered as for the restart case.
+//
+// Clients with different max_ttl: the condition's quarantine and lead are those of the
+// longest max_ttl in use, and a client with a short one writes a shorter E of its own.
+// Had x taken E from the writer alone, a client that met the nodes before a longer bound
+// was announced (it reads it at its next health check) would let counter_x lapse too
+// soon: the tokens of the client with the long max_ttl may run a lead of 100ms ahead of
+// the clocks, and the condition allows skew up to that client's quarantine. But every
+// client announces its max_ttl on a connection before the first lock command it carries
+// there, so x held a bound of at least the max_ttl of whoever drew a (or, if it lost it,
+// x lost counter_x too: the restart case), and every later write of counter_x on x gets
+// E >= 2 x that bound, which is at least that client's quarantine (2b >= b + drift(b)
+// whenever the ttl outlasts its drift, which New requires). So b > a holds under the
+// condition of the longest max_ttl whatever the writers' own (the announced bound
+// lapses an hour after its last announcer stops, long after its locks and tokens;
+// TestCounterExpiryFollowsTheLargestBoundOnTheNode). What still needs max_ttl alike is the
+// restart quarantine of a client that has not read the bound yet (above).
 //
 // # Restart quarantine across clients
 //
@@ -186,7 +204,7 @@
 // clock when it was written, created by the first announce that finds none and kept
 // alive by every announce of every client. A loss that takes the marker with it shows
 // as a marker gone (re-created with another value) or changed at B's next reading; an
-// eviction may spare the marker, but INFO's evicted_keys then grows. Either is a loss
+// eviction may spare the marker, but INFO's evicted_keys then moves. Either is a loss
 // seen (QuarantineDataLoss): x does not vote for the quarantine after B saw it, exactly as
 // after a restart, and is not even asked meanwhile. A client meeting x for the first
 // time takes the marker's age as it takes the uptime: data begun less than a quarantine
@@ -195,9 +213,56 @@
 // TestFlushedNodeDoesNotVote). Between two health checks the acquires see it themselves:
 // each grant carries x's marker as the acquire script read it, in the same atomic call,
 // and a grant with the marker gone or changed since B's last reading is no vote and
-// quarantines x at once (markerHolds; TestFlushWindowTwoHolders). A grant by x after
-// the loss is therefore never counted by a client that read x's marker before it. Run
-// nodes with maxmemory-policy noeviction, and with AOF where you can.
+// quarantines x at once (grantHolds; TestFlushWindowTwoHolders). A grant by x after
+// the loss is therefore never counted by a client that read x's marker before it.
+//
+// Having seen the loss in a grant, B forgets x's marker (the next reading is a first
+// sight, dated by its age) and has none to check x's grants against until it reads the
+// marker again. So x does not vote until then, even past the quarantine (markerDue,
+// voting.go): with max_ttl + drift shorter than the health interval the quarantine would
+// end first, and a second loss of x in that window would go unseen
+// (TestSecondFlushBeforeTheMarkerIsReadAgain). The reading then dates x's data by the
+// marker's age: it was re-created after the loss, so x is young until a quarantine after
+// that, and everything x lost had lapsed by then (a lock lost at t was granted before t
+// with a ttl within the bound).
+//
+// Evictions between two health checks. Under memory pressure a node with an evicting
+// maxmemory-policy (volatile-ttl, -lru, -lfu, allkeys-*) takes lock keys before the
+// marker (lock keys expire sooner, and every health check touches the marker), so the
+// marker check alone would let x, having evicted A's lock, grant the key to B until B's
+// next health check. So a grant from a node that may evict (a maxmemory limit and a
+// policy other than noeviction, as the last INFO read them: node.canEvict) also carries
+// x's eviction count, read in the same atomic call (evictionsLua: Redis evicts before a
+// command runs, never inside a script, so the count covers every eviction before the
+// grant), and a count other than B's last reading of it is a loss seen: no vote, and x
+// quarantined from now (grantHolds; TestEvictionSparingTheMarkerDoesNotLendAVote).
+// Claim: a grant by x after an eviction counts for B only once every lock the eviction
+// took has lapsed. The count only grows while x runs, and a reset (a restart, CONFIG
+// RESETSTAT) is a change too, so two readings that agree saw no eviction between them.
+// If the grant's count agrees with B's last reading (grants and health checks, in the
+// order B took them in), that reading was taken after the eviction. Go back through B's
+// readings to the first one taken after it: either the reading before that one disagreed
+// with it, and B quarantined x when it took it in, after the eviction; or it is B's
+// first reading, which cannot date the evictions it counts, and a node that may evict
+// and has evicted is held back a quarantine from the first sight (observe). Either way x
+// is held back from a moment after the eviction for a quarantine, by whose end every
+// lock the eviction took has lapsed. The count costs the node INFO's
+// stats section per grant (docs/performance.md), which is why nodes that cannot evict are
+// not asked. Not covered: a node switched at runtime (CONFIG SET) to a policy that may
+// evict is judged by its old one until the next health check reads the new one, so an
+// eviction within that health interval is seen only then; and a node whose scripts cannot
+// read the count (INFO refused inside scripts, no evicted_keys) is judged by its health
+// checks alone (logged once: warnNoEvictions).
+//
+// A grant is judged in one step under the node's lock (grantHolds): the hold-back of a
+// loss already seen and the marker check. In two steps, a health check seeing the loss
+// between them would adopt the new marker after the first step had passed, and the
+// second would then pass too. That grant would still have been safe (the same health
+// check dates x's data by the new marker: young, and Client.votes refuses the grant, or
+// older than a quarantine, and everything x lost has lapsed), but only by the young rule,
+// which a fresh start lifts; one step needs no such argument.
+//
+// Run nodes with maxmemory-policy noeviction, and with AOF where you can.
 //
 // # Waiting
 //
@@ -245,10 +310,12 @@
 //
 // Phases, so that readers and writers alternate (a phase-fair reader-writer lock) across
 // processes: a reader refused by a writer (its lock or its mark) marks readers as waiting
-// (the turn key, "w", for writerMarkTTL, renewed at each of its tries); a writer's
-// release that deletes its value and finds that mark leaves the lock name holding
-// sharedMarker with no reader entry, and the mark saying "t", both for the readers' turn
-// (readersTurn: 4 of the releasing client's recent acquire rounds, 10ms to node_timeout).
+// (the turn key, for writerMarkTTL, renewed at each of its tries, holding the longest
+// turn a waiting reader asked for); a writer's release that deletes its value and finds
+// that mark leaves the lock name holding sharedMarker with no reader entry, and the mark
+// saying "t", both for the readers' turn: the releasing client's own (readersTurn: 4 of
+// its recent acquire rounds, 10ms to node_timeout), or the longer one asked for, up to 4
+// of its node timeouts (readersTurnAsk, below).
 // Meanwhile writers are refused (the name holds the marker: they mark themselves as
 // waiting, and retry when the turn ends) and readers go in even past a writer's mark;
 // each reader's grant gives the name its entry's expiry as usual. So the readers woken by
@@ -270,10 +337,22 @@
 // after its mark stands and the turn is over goes in before it. A writer that gets the key
 // ends the phase; the next release starts a turn only if readers were refused meanwhile.
 // A reader waits for the writer inside and, while it waits, its turn comes at that
-// writer's release; one that misses the turn (its notice or round came later, on a slow
-// machine) waits for the next writer's. Not covered: a local handoff between two
-// writers of one process does not go through Redis, so readers of another process may
-// wait for up to HandoffLimit such handoffs (handoff.go), as before.
+// writer's release, if its release notice and its round land within the turn. The
+// releasing client's own rounds say nothing of that: a reader of a distant or slower
+// instance hears of the release later and its round takes longer, and with a turn sized
+// by the writer alone it would miss every turn for as long as writers kept coming. So a
+// refused reader asks for a turn of 4 of its own rounds (readersTurnAsk), doubled for
+// each turn it missed (a try refused right after a release notice woke it), and the mark
+// keeps the longest asked. Claim: a reader whose notice and round take less than the
+// turn cap (4 node timeouts of the releasing client, 400ms by default) goes in at one of
+// the first releases after its first refusal: each missed turn doubles its ask, so
+// after k misses the turn is 2^k times its own 4 rounds, or the cap
+// (TestDistantReaderGetsATurn). Not covered: a reader slower than the cap, and one whose
+// release notices are lost (it then tries on its retry delay, which need not fall in a
+// turn); their wait is bounded only by the writers' coming to an end. A writer's wait
+// grows by at most the longer turn. Also not covered: a local handoff between two writers
+// of one process does not go through Redis, so readers of another process may wait for
+// up to HandoffLimit such handoffs (handoff.go), as before.
 //
 // Other Redlock clients (redsync, node-redlock) see the marker as somebody's lock: their
 // exclusive locks exclude our readers and writers both ways. They cannot take the key
@@ -297,7 +376,11 @@
 // joiners only for about one round trip after its entry was taken (at most joinWindow)
 // and none while a writer of its client waits, so that a waiting writer (whose mark only
 // Redis sees) waits for the readers inside when it came plus at most that. Joiners share the
-// entry's token. Readers of a client waiting for a writer each go to Redis when woken (a
+// entry's token. A force release of the key by the same client never misses a joiner: the
+// join checks for force releases and registers the joiner in one step under queues.mu,
+// where a force release numbers itself before it lists the holders it marks lost, so the
+// joiner is either refused (it goes to Redis, after the deletes) or listed and marked
+// lost (TestJoiningReaderCannotEscapeAForceRelease). Readers of a client waiting for a writer each go to Redis when woken (a
 // reader joins only as it starts), and during a readers' turn that is where they go in. Readers wait for release notices like the head of a line, and this
 // client wakes its own waiters when it releases (it ignores its own notices from Redis).
 // A writer that will not wait (its last try) leaves no mark.

@@ -94,7 +94,11 @@ func (e silentErr) Error() string { return "not answering: " + e.last }
 type quarantinedErr struct{ until time.Time }
 
 func (e quarantinedErr) Error() string {
-	return fmt.Sprintf("quarantined after a (re)start for %v more", time.Until(e.until).Round(time.Millisecond))
+	left := time.Until(e.until)
+	if left <= 0 { // held back until its data marker is read again (voting.go, markerDue)
+		return "quarantined after a data loss until its data marker is read again (its next health check)"
+	}
+	return fmt.Sprintf("quarantined after a (re)start for %v more", left.Round(time.Millisecond))
 }
 
 // ConfigError is a node error only the operator can fix: a TLS failure, an ACL refusal or

@@ -28,5 +28,7 @@ func (c *Client) proposeToken(start time.Time) int64 {
 // which after that long is above every token the old counter ever covered, under the
 // same bound on clock skew as the restart argument (doc.go, "Counter expiry"). So a
 // node keeps a counter per key used within the last two quarantines (20s at the default
-// ttl), not per key ever used.
+// ttl), not per key ever used. The scripts lengthen it to twice the bound the node keeps
+// when that is longer (counterTTLLua): a client that has not read another's longer
+// max_ttl yet still keeps that client's counters long enough.
 func (c *Client) counterTTL() time.Duration { return 2 * c.quarantine() }

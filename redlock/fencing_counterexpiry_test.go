@@ -2,6 +2,7 @@ package redlock
 
 import (
 	"context"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -84,5 +85,76 @@ func TestFencingCounterExpiresAndTokensStayOrdered(t *testing.T) {
 	defer l.Release(ctx)
 	if l.Token() <= maxToken {
 		t.Fatalf("token %d after the counter's re-creation, not above the earlier %d", l.Token(), maxToken)
+	}
+}
+
+// A client with a small max_ttl that has not read a larger bound yet (it met the nodes
+// before the other client announced it, and its health checks are a minute apart) still
+// writes counters that live twice the longest max_ttl announced to the node: the expiry
+// of a counter is read from the node's bound in the same script, not from the writer's
+// own. With its own (two quarantines of 400ms) a counter would lapse long before the
+// tokens of the client with a 10s max_ttl (whose lead is 100ms, not 50) are overtaken by
+// the clocks, and a counter re-created then starts below them when node clocks differ
+// by more than that short expiry allows (doc.go, "Counter expiry").
+func TestCounterExpiryFollowsTheLargestBoundOnTheNode(t *testing.T) {
+	ctx := context.Background()
+	servers := redistest.StartN(t, 3)
+	small := fastOptions()
+	small.TTL, small.MaxTTL = 400*time.Millisecond, 400*time.Millisecond
+	small.HealthInterval = time.Minute
+	x := newTestClient(t, servers, small)
+	waitUsable(t, x)
+	large := fastOptions()
+	large.MaxTTL = 10 * time.Second
+	y := newTestClient(t, servers, large)
+	waitMarkers(t, y) // y announced its bound on every node
+	if x.bound() != small.MaxTTL {
+		t.Fatalf("x already knows a bound of %v: the scenario needs it not to", x.bound())
+	}
+	for _, commit := range []bool{false, true} {
+		key := "small-writer"
+		if commit {
+			// Counters left ahead of the clocks, each by another amount, on two nodes: any
+			// quorum's tokens differ, and x commits the largest with commitScript, which
+			// sets the expiry too.
+			key = "small-writer-commit"
+			for i, s := range servers[:2] {
+				rc := redis.NewClient(&redis.Options{Addr: s.Addr()})
+				ahead := time.Now().Add(time.Hour).UnixMicro() + int64(i)*1000
+				err := rc.Set(ctx, defaultPrefix+key+counterSuffix, ahead, time.Minute).Err()
+				rc.Close()
+				if err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		l, err := x.Acquire(ctx, key, AcquireOptions{Fencing: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		<-l.settled
+		_ = l.Release(ctx)
+		if commit && l.Token() < time.Now().Add(30*time.Minute).UnixMicro() {
+			t.Fatalf("token %d: want one an hour ahead (committed on a quorum)", l.Token())
+		}
+		for i, s := range servers {
+			rc := redis.NewClient(&redis.Options{Addr: s.Addr()})
+			pttl, err := rc.PTTL(ctx, defaultPrefix+key+counterSuffix).Result()
+			rc.Close()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if pttl < 2*large.MaxTTL-time.Second {
+				t.Errorf("commit %v, node %d: the counter x wrote expires in %v (x's own counter ttl %v); want twice the largest bound on the node, %v",
+					commit, i+1, pttl, x.counterTTL(), 2*large.MaxTTL)
+			}
+		}
+	}
+}
+
+// The scripts' copy of maxBound.
+func TestMaxBoundMsLua(t *testing.T) {
+	if maxBoundMsLua != strconv.FormatInt(maxBound.Milliseconds(), 10) {
+		t.Fatalf("maxBoundMsLua %s, maxBound %v", maxBoundMsLua, maxBound)
 	}
 }

@@ -82,3 +82,56 @@ func TestExtendRacingRelease(t *testing.T) {
 		}
 	}
 }
+
+// A reader joining its client's group while that client force-releases the key: the
+// force release begins and lists the holders it marks lost after the joiner checked for
+// force releases but before it was registered (joinHook holds the joiner there until the
+// group's reader is marked lost, which follows the listing). The joiner must then either
+// be refused (and take an entry of its own in Redis, after the force) or be marked lost:
+// never trust the group's entry the force deletes, while another client's writer takes
+// the key (about 1 join in 250 under a force release, before the join checked after
+// registering).
+func TestJoiningReaderCannotEscapeAForceRelease(t *testing.T) {
+	servers := redistest.StartN(t, 3)
+	c := newTestClient(t, servers, fastOptions())
+	ctx := context.Background()
+	r1 := mustAcquire(t, c, "doc", read)
+	// The join window is about a round trip: widened so that the join does not depend
+	// on how fast this machine is.
+	c.readers.mu.Lock()
+	c.readers.m["doc"].window = time.Hour
+	c.readers.mu.Unlock()
+	lost, stop := r1.Context(ctx)
+	defer stop()
+	forced := make(chan error, 1)
+	joinHook = func() {
+		joinHook = nil // once
+		go func() {
+			_, err := c.ForceRelease(ctx, "doc")
+			forced <- err
+		}()
+		select {
+		case <-lost.Done(): // the force release has listed its holders
+		case <-time.After(5 * time.Second):
+			t.Error("the force release did not mark the group's reader lost")
+		}
+	}
+	t.Cleanup(func() { joinHook = nil })
+	r2, err := c.Acquire(ctx, "doc", AcquireOptions{Shared: true, Wait: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r2.Release(ctx)
+	if err := <-forced; err != nil {
+		t.Fatal(err)
+	}
+	if r2.err() != nil {
+		return // marked lost with the group: its holder stops
+	}
+	w := newTestClient(t, servers, fastOptions())
+	if l, err := w.Acquire(ctx, "doc", write); err == nil {
+		_ = l.Release(ctx)
+		t.Fatalf("TWO HOLDERS: another client's writer took the key while the reader trusts it (shares the forced entry: %v)",
+			r2.value == r1.value)
+	}
+}

@@ -51,7 +51,7 @@ func (c *Client) names(key string) names {
 func (c *Client) probeName() string { return c.opt.Prefix + "\x00probe" }
 
 // boundKey is where the nodes keep the longest ttl any client may use (voting.go).
-func (c *Client) boundKey() string { return c.opt.Prefix + boundName }
+func (c *Client) boundKey() string { return c.boundK }
 
 // boundExpiry is how long a MaxTTL announcement lives on a node: far longer than the
 // health interval that renews it, and than any lock it covers.

@@ -24,14 +24,20 @@ type node struct {
 	startedAt atomic.Int64
 	// bound is the largest MaxTTL any client announced to this node (ns), as it last
 	// said; read without mu (Client.bound, voting.go).
-	bound  atomic.Int64
-	health healthReport // what the HealthObserver was told; health loop only
+	bound atomic.Int64
+	// canEvict: the node's maxmemory-policy may evict keys (INFO's maxmemory and
+	// maxmemory_policy, as its last health check or hello read them; true until read).
+	// Its grants then carry its eviction count (evictionsLua); read without mu (sendRound).
+	canEvict          atomic.Bool
+	noEvictionsWarned atomic.Bool  // warnNoEvictions logged
+	health            healthReport // what the HealthObserver was told; health loop only
 
 	mu          sync.Mutex
 	runID       string
 	lossSeen    time.Time       // when this client saw the node lose its keys (monotonic reading; voting.go)
 	lossCause   QuarantineCause // QuarantineRestart or QuarantineDataLoss
 	marker      string          // the node's data marker as last read (dataloss.go)
+	markerDue   bool            // a grant saw the marker gone or changed; not read since (voting.go)
 	evicted     int64           // INFO's evicted_keys as last read, -1 before
 	youngWarned bool            // warnYoung logged
 }
@@ -71,6 +77,7 @@ func CheckNodeURL(raw string) error {
 
 func newNode(c *Client, raw string) (*node, error) {
 	n := &node{c: c, evicted: -1}
+	n.canEvict.Store(true)
 	cfg := transport.Config{
 		NodeTimeout: c.opt.NodeTimeout,
 		Pipelining:  !c.opt.DisablePipelining,
@@ -135,6 +142,14 @@ func (n *node) noteBound(ms int64) {
 	}
 }
 
+// mayEvict reports whether an INFO reply says the node may evict keys: a maxmemory
+// limit with a maxmemory-policy other than noeviction. A reply without the fields (a
+// proxy, another server) may: its grants then carry the eviction count when the script
+// can read it (evictionsLua).
+func mayEvict(info string) bool {
+	return parseInfoField(info, "maxmemory") != "0" && parseInfoField(info, "maxmemory_policy") != "noeviction"
+}
+
 func parseInfoField(info, field string) string {
 	for _, line := range strings.Split(info, "\n") {
 		if v, ok := strings.CutPrefix(line, field+":"); ok {
@@ -158,6 +173,8 @@ func (n *node) observe(info string, ann transport.Reply) {
 	id := parseInfoField(info, "run_id")
 	up, upErr := strconv.ParseInt(parseInfoField(info, "uptime_in_seconds"), 10, 64)
 	evicted, evErr := strconv.ParseInt(parseInfoField(info, "evicted_keys"), 10, 64)
+	canEvict := mayEvict(info)
+	n.canEvict.Store(canEvict)
 	m, mErr := parseMarker(ann)
 	if mErr == nil {
 		n.noteBound(m.bound)
@@ -170,8 +187,14 @@ func (n *node) observe(info string, ann transport.Reply) {
 		cause = QuarantineRestart
 	case mErr == nil && prevMarker != "" && prevMarker != m.value:
 		cause = QuarantineDataLoss // gone (re-created) or changed: FLUSHALL, a failover, a restart without run_id
-	case evErr == nil && prevEvicted >= 0 && evicted > prevEvicted:
-		cause = QuarantineDataLoss // evicted under memory pressure: any key may have been a lock
+	case evErr == nil && prevEvicted >= 0 && evicted != prevEvicted:
+		// Evicted under memory pressure: any key may have been a lock. (A count gone down
+		// was reset, CONFIG RESETSTAT: the evictions since the last reading are unknown.)
+		cause = QuarantineDataLoss
+	case evErr == nil && prevEvicted < 0 && evicted > 0 && canEvict:
+		// A first sight of a node that may evict and has evicted: INFO gives a count, not
+		// when, and the last eviction may have taken another client's lock just now.
+		cause = QuarantineDataLoss
 	}
 	if id != "" {
 		n.runID = id
@@ -180,7 +203,7 @@ func (n *node) observe(info string, ann transport.Reply) {
 		n.evicted = evicted
 	}
 	if mErr == nil {
-		n.marker = m.value
+		n.marker, n.markerDue = m.value, false
 	}
 	var until time.Time
 	if cause != "" {

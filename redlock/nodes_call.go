@@ -57,7 +57,8 @@ func (c *Client) releaseOnNodes(ctx context.Context, nm names, value string, ski
 		cmd = transport.NewCommand(readReleaseScript, []string{nm.lock, nm.counter, nm.writer, nm.readers}, value, nm.channel, c.id)
 	case nm.turn != "":
 		// Readers that waited for this writer get their turn (scripts.go, doc.go).
-		cmd = transport.NewCommand(releaseScript, []string{nm.lock, nm.turn}, value, nm.channel, c.id, c.readersTurn().Milliseconds())
+		cmd = transport.NewCommand(releaseScript, []string{nm.lock, nm.turn}, value, nm.channel, c.id, c.readersTurn().Milliseconds(),
+			c.readersTurnMax().Milliseconds())
 	default:
 		cmd = transport.NewCommand(releaseScript, []string{nm.lock}, value, nm.channel, c.id)
 	}

@@ -50,11 +50,32 @@ const (
 )
 
 // readersTurn is how long a writer's release that finds readers waiting keeps writers
-// out (and lets readers past a waiting writer's mark).
+// out (and lets readers past a waiting writer's mark), unless they asked for longer.
 func (c *Client) readersTurn() time.Duration {
 	round := time.Duration(c.readers.round.Load())
 	return min(max(readersTurnRounds*round, readersTurnMin), c.opt.NodeTimeout)
 }
+
+// The releasing client's rounds say nothing of the waiting readers': those of a distant
+// instance get the notice later and their rounds take longer, and could miss every turn
+// while writers keep coming. So a refused reader asks for a turn (the readers' mark
+// keeps the longest asked: scripts.go, waitMarkLua) of readersTurnRounds of its own
+// rounds, doubled for each turn it missed (a try refused right after a release notice),
+// and a release gives the longer of its own turn and the one asked, up to
+// readersTurnRounds node timeouts of its own client. A reader whose notice and round
+// fit in that gets in within a few releases (doc.go, "Shared locks").
+
+// readersTurnAsk is the turn a reader that missed misses turns asks for.
+func (c *Client) readersTurnAsk(misses int) time.Duration {
+	ask := max(readersTurnRounds*time.Duration(c.readers.round.Load()), readersTurnMin)
+	for range min(misses, 8) {
+		ask *= 2
+	}
+	return min(ask, c.readersTurnMax())
+}
+
+// readersTurnMax is the longest readers' turn this client gives or asks for.
+func (c *Client) readersTurnMax() time.Duration { return readersTurnRounds * c.opt.NodeTimeout }
 
 // noteRound folds an acquire round's length (until decided) into the client's running
 // average (weight 1/8), which sizes the readers' turn. Concurrent updates may lose one:
@@ -155,26 +176,47 @@ func (l *Lock) readGroup() *readGroup {
 // takes joiners now (none, another ttl or fencing, its window passed, a writer of this
 // client waits for the key, too little validity left, or a force release of the key
 // began since forces).
+//
+// The force check and the registration are one step under queues.mu, where a force
+// release numbers itself (beginForce) before it lists the holders it marks lost: so
+// either the force began first and the joiner sees it and goes to Redis, or the joiner
+// is registered before the force lists the holders and is marked lost with them. Checked
+// before registering, a force beginning and listing between the two would neither refuse
+// nor mark the joiner, which would then trust an entry the force deletes.
 func (c *Client) joinReader(key string, ttl time.Duration, fencing bool, start time.Time, forces uint64) *Lock {
-	writer := c.queues.writerWaits(key) // before rg.mu: never both locks at once
 	rg := &c.readers
 	rg.mu.Lock()
 	defer rg.mu.Unlock()
 	g := rg.m[key]
 	now := time.Now()
-	if g == nil || writer || g.refs == 0 || g.broken.Load() || g.ttl != ttl || g.fencing != fencing || now.Sub(g.opened) > g.window ||
-		g.until.Sub(now) < ttl/2 || c.queues.forcedSince(key, forces) {
+	if g == nil || g.refs == 0 || g.broken.Load() || g.ttl != ttl || g.fencing != fencing || now.Sub(g.opened) > g.window ||
+		g.until.Sub(now) < ttl/2 {
 		return nil
 	}
-	g.refs++
+	if joinHook != nil {
+		joinHook()
+	}
 	l := &Lock{c: c, nm: g.nm, key: key, value: g.value, ttl: ttl, token: g.token, fencing: fencing, mode: mode{shared: true},
 		acquiredAt: start, settled: g.settled, group: g, state: held} // no round, no line: nothing to keep
 	l.startUntil(g.until)
+	qs := c.queues
+	qs.mu.Lock()
+	if qs.writerWaitsLocked(key) || qs.forcedSinceLocked(key, forces) {
+		qs.mu.Unlock()
+		l.expiry.Stop() // never registered: nothing else holds it
+		return nil
+	}
 	// Never refused: the group has a reader, registered (readers leave the group before
 	// they are unregistered), so the client holds a lock and has not shut down.
 	c.register(l)
+	qs.mu.Unlock()
+	g.refs++
 	return l
 }
+
+// joinHook, when set (tests only), runs in joinReader once a group was found to take the
+// joiner, before the joiner is checked against force releases and registered.
+var joinHook func()
 
 // renewed notes a reader's new validity: joiners start from the latest.
 func (rg *readGroups) renewed(g *readGroup, until time.Time) {
@@ -206,6 +248,10 @@ func (rg *readGroups) leave(g *readGroup) (last bool) {
 func (qs *queues) writerWaits(key string) bool {
 	qs.mu.Lock()
 	defer qs.mu.Unlock()
+	return qs.writerWaitsLocked(key)
+}
+
+func (qs *queues) writerWaitsLocked(key string) bool {
 	q := qs.m[key]
 	return q != nil && q.turnTaken
 }

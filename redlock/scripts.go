@@ -12,12 +12,15 @@ import "github.com/caddy-redlock/caddy-redlock/redlock/internal/transport"
 // Fencing counters and release channels live under other names (see names.go).
 
 // acquireScript: KEYS[1] lock, KEYS[2] fencing counter, KEYS[3] the writer-waiting mark,
-// KEYS[4] the node's data marker (read for the reply).
+// KEYS[4] the node's data marker (read for the reply), KEYS[5] the bound the node keeps
+// (the longest max_ttl announced: fencingLua reads it for the counter's expiry).
 // ARGV[1] value, ARGV[2] ttl ms, ARGV[3] owner prefix, ARGV[4] "1" for fencing, ARGV[5]
 // counter ttl ms, ARGV[6] this attempt's number (the value is owner prefix .. attempt),
-// ARGV[7] how long a writer-waiting mark lives, ms (0: none, the writer will not wait); with fencing ARGV[8] the proposed
-// token, ARGV[9] how far from the node's clock it may be (µs, either side), ARGV[10] the
-// handoff reserve.
+// ARGV[7] how long a writer-waiting mark lives, ms (0: none, the writer will not wait),
+// ARGV[8] "1" to read the node's eviction count for the reply (evictionsLua; absent
+// means "0"), ARGV[9] the readers' turn a refused reader asks for, ms (readAcquireScript;
+// 0 here); with fencing ARGV[10] the proposed token, ARGV[11] how far from the node's
+// clock it may be (µs, either side), ARGV[12] the handoff reserve.
 // The key is taken when absent or when it holds the value of an EARLIER attempt of the
 // same Acquire call (a reply was lost or a round failed), so a retry is never blocked by
 // its own leftovers, while a late release of that earlier attempt (which compares the
@@ -26,7 +29,8 @@ import "github.com/caddy-redlock/caddy-redlock/redlock/internal/transport"
 // replace the value a later, granted round holds, and that earlier round's cleanup would
 // then delete it, freeing the node under the holder. Busy returns {0, PTTL}. A free key
 // is taken with SET NX first (one call: the usual case); only a taken one is read. Every
-// grant also returns the node's data marker (markerLua, dataloss.go).
+// grant also returns the node's data marker (markerLua, dataloss.go) and, from a node
+// that may evict, its eviction count (evictionsLua).
 //
 // A key of another type under the lock's name (another client's lock, e.g. Redisson's
 // hash) makes GET fail with WRONGTYPE: pcall turns that into "held by someone else", as
@@ -49,7 +53,7 @@ import "github.com/caddy-redlock/caddy-redlock/redlock/internal/transport"
 // loses the one-round fast path.
 // The counter then keeps token + reserve, the reserve only while the token is within the
 // lead of the clock, so that counters never run further ahead. Grants return
-// {1, token, 1 if reserved}; busy {0, PTTL}.
+// {1, token, 1 if reserved, marker, eviction count or -1}; busy {0, PTTL}.
 var acquireScript = newScript(`
 if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   local cur = redis.pcall('GET', KEYS[1])
@@ -70,27 +74,50 @@ if ARGV[6] ~= '1' and redis.pcall('GET', KEYS[3]) == ARGV[3] then
 end
 ` + fencingLua + `
 ` + markerLua + `
-return {1, token, reserved, m}
+` + evictionsLua + `
+return {1, token, reserved, m, ev}
 `)
 
-// markerLua reads the node's data marker (the last key, dataloss.go) into m, "" when it
-// has none, for a grant's reply.
+// markerLua reads the node's data marker (the key before the last, dataloss.go) into m,
+// "" when it has none, for a grant's reply.
 const markerLua = `
-local m = redis.pcall('GET', KEYS[#KEYS])
+local m = redis.pcall('GET', KEYS[#KEYS - 1])
 if type(m) ~= 'string' then m = '' end`
 
+// evictionsLua reads the node's eviction count (INFO's evicted_keys) into ev for a
+// grant's reply when ARGV[8] is "1", else -1 (and -1 when INFO is refused or has no such
+// field). The client asks it of nodes whose maxmemory-policy can evict (node.canEvict):
+// an eviction there may take a lock and spare the marker, and a grant from a node that
+// evicted since this client's last reading is no vote (grantHolds). Evictions happen
+// before a command runs, never inside a script, so the count read here covers every
+// eviction before this grant. It costs INFO's stats section (about 5µs of the node's CPU
+// per grant, docs/performance.md), so nodes that cannot evict are not asked.
+const evictionsLua = `
+local ev = -1
+if ARGV[8] == '1' then
+  local info = redis.pcall('INFO', 'stats')
+  if type(info) == 'string' then
+    local at = string.find(info, 'evicted_keys:', 1, true)
+    if at then ev = tonumber(string.match(info, '^%d+', at + 13)) or -1 end
+  end
+end`
+
 // fencingLua draws the token of a grant (acquireScript and readAcquireScript; see there):
-// ARGV[4] "1" for fencing, ARGV[5] counter ttl ms, ARGV[8] the proposal, ARGV[9] the
-// lead, ARGV[10] the handoff reserve; KEYS[2] the counter. It sets token and reserved.
+// ARGV[4] "1" for fencing, ARGV[5] counter ttl ms, ARGV[10] the proposal, ARGV[11] the
+// lead, ARGV[12] the handoff reserve; KEYS[2] the counter, the last key the node's bound.
+// It sets token and reserved. The counter's expiry is the client's counter ttl or twice
+// the bound the node keeps, whichever is longer (counterTTLLua).
 const fencingLua = `
 local token, reserved = 0, 0
 if ARGV[4] == '1' then
+  local cttl = tonumber(ARGV[5])
+  ` + counterTTLLua + `
   local t = redis.call('TIME')
   local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-  local lead = tonumber(ARGV[9])
+  local lead = tonumber(ARGV[11])
   local cv = redis.pcall('GET', KEYS[2])
   local floor = ((type(cv) == 'string' and tonumber(cv)) or 0) + 1
-  local p = tonumber(ARGV[8])
+  local p = tonumber(ARGV[10])
   if p >= floor and p >= now - lead and p <= now + lead then
     token = p
   else
@@ -98,11 +125,27 @@ if ARGV[4] == '1' then
   end
   local stored = token
   if token <= now + lead then
-    stored = token + tonumber(ARGV[10])
+    stored = token + tonumber(ARGV[12])
     reserved = 1
   end
-  redis.call('SET', KEYS[2], string.format('%.0f', stored), 'PX', ARGV[5])
+  redis.call('SET', KEYS[2], string.format('%.0f', stored), 'PX', cttl)
 end`
+
+// maxBoundMsLua is maxBound in ms, for the scripts (TestMaxBoundMsLua keeps them equal).
+const maxBoundMsLua = "86400000"
+
+// counterTTLLua sets cttl, the expiry of a counter written now (ms): the writing client's
+// counter ttl (the Lua variable cttl holds it on entry: ARGV[5] or the commit's ARGV[3]),
+// or twice the bound the node keeps (the last key: the longest max_ttl any client
+// announced to it, which every client announces before its first lock command on a
+// connection), whichever is longer. A client with a small max_ttl that has not read a
+// larger bound yet would otherwise let a counter lapse before the tokens of a client with
+// a longer one are overtaken by the clocks (doc.go, "Counter expiry"). A bound above
+// maxBound is not believed (announceScript replaces it).
+const counterTTLLua = `local nb = redis.pcall('GET', KEYS[#KEYS])
+  nb = (type(nb) == 'string' and tonumber(nb)) or 0
+  if nb > ` + maxBoundMsLua + ` then nb = 0 end
+  if 2 * nb > cttl then cttl = 2 * nb end`
 
 // sharedMarker is what the lock name holds while readers hold the key: no Redlock client
 // writes it (it begins with NUL), so to all of them, ours and others', the key is busy.
@@ -114,27 +157,28 @@ const (
 
 // readAcquireScript takes the key shared (a reader). KEYS[1] lock, KEYS[2] counter,
 // KEYS[3] writer-waiting mark, KEYS[4] the readers (a sorted set: value -> expiry, ms of
-// the node's clock), KEYS[5] the readers' turn mark, KEYS[6] the data marker; ARGV and
-// replies as acquireScript's. Busy, {0, PTTL}, while a writer holds the lock name or a
-// writer waits (the mark) outside the readers' turn; else the reader's entry is added
-// with its own expiry and the lock name holds sharedMarker until the last entry expires
-// (so the name and the set lapse together, and a plain SET NX, anyone's, finds the key
-// busy). Expired entries (crashed readers) are dropped first.
+// the node's clock), KEYS[5] the readers' turn mark, KEYS[6] the data marker, KEYS[7] the
+// node's bound; ARGV and replies as acquireScript's. Busy, {0, PTTL}, while a writer
+// holds the lock name or a writer waits (the mark) outside the readers' turn; else the
+// reader's entry is added with its own expiry and the lock name holds sharedMarker until
+// the last entry expires (so the name and the set lapse together, and a plain SET NX,
+// anyone's, finds the key busy). Expired entries (crashed readers) are dropped first.
 //
-// Phases (doc.go, "Shared locks"): a reader refused marks readers as waiting (KEYS[5] =
-// "w", for ARGV[7] ms, as a writer's mark); a writer's release that finds that mark turns
-// it into the readers' turn (KEYS[5] = "t", releaseScript) and leaves the lock name
-// holding sharedMarker for as long, with no entry: writers are refused meanwhile (and
-// mark themselves as waiting) while readers go in even past a writer's mark. The marks
-// only delay; no grant rests on them.
+// Phases (doc.go, "Shared locks"): a reader refused marks readers as waiting (KEYS[5]
+// holds, for ARGV[7] ms as a writer's mark, the longest turn the waiting readers asked
+// for, ms: ARGV[9], waitMarkLua); a writer's release that finds that mark turns it into
+// the readers' turn (KEYS[5] = "t", releaseScript) and leaves the lock name holding
+// sharedMarker for as long, with no entry: writers are refused meanwhile (and mark
+// themselves as waiting) while readers go in even past a writer's mark. The marks only
+// delay; no grant rests on them.
 var readAcquireScript = newScript(`
 local cur = redis.pcall('GET', KEYS[1])
 if type(cur) == 'table' or (cur and cur ~= '` + sharedMarkerLua + `') then
-  if tonumber(ARGV[7]) > 0 then redis.call('SET', KEYS[5], 'w', 'PX', ARGV[7]) end
+  ` + waitMarkLua + `
   return {0, redis.call('PTTL', KEYS[1])}
 end
 if redis.pcall('GET', KEYS[3]) and redis.pcall('GET', KEYS[5]) ~= 't' then
-  if tonumber(ARGV[7]) > 0 then redis.call('SET', KEYS[5], 'w', 'PX', ARGV[7]) end
+  ` + waitMarkLua + `
   return {0, redis.call('PTTL', KEYS[3])}
 end
 local t = redis.call('TIME')
@@ -144,8 +188,20 @@ redis.call('ZADD', KEYS[4], ms + tonumber(ARGV[2]), ARGV[1])
 ` + readersExpiryLua + `
 ` + fencingLua + `
 ` + markerLua + `
-return {1, token, reserved, m}
+` + evictionsLua + `
+return {1, token, reserved, m, ev}
 `)
+
+// waitMarkLua marks readers as waiting (KEYS[5], for ARGV[7] ms unless that is 0: a
+// last try) with the longest turn any waiting reader asked for (ARGV[9] ms): a reader
+// of a distant or slow instance, whose release notice and round come later than the
+// releasing writer's own rounds would allow, asks for a longer turn, and longer again
+// for each turn it missed (Client.readersTurnAsk). A mark of an older version ("w") counts
+// as no request.
+const waitMarkLua = `if tonumber(ARGV[7]) > 0 then
+    local asked = tonumber(redis.pcall('GET', KEYS[5])) or 0
+    redis.call('SET', KEYS[5], math.max(asked, tonumber(ARGV[9]) or 0), 'PX', ARGV[7])
+  end`
 
 // readersExpiryLua gives the lock name (KEYS[1]) and the readers' set (KEYS[4]) the
 // expiry of the last reader entry (ms: the node's clock), or deletes both when no entry
@@ -181,8 +237,9 @@ return 1
 
 // commitScript makes a fencing token durable before it is used: only while we still hold
 // the key on this node, raise the counter to at least the token.
-// KEYS[1] lock, KEYS[2] counter, KEYS[3] readers; ARGV[1] value, ARGV[2] token, ARGV[3]
-// counter ttl ms, ARGV[4] "1" for a reader (its entry in the readers' set is what it holds).
+// KEYS[1] lock, KEYS[2] counter, KEYS[3] readers, KEYS[4] the node's bound; ARGV[1]
+// value, ARGV[2] token, ARGV[3] counter ttl ms (or twice the bound: counterTTLLua),
+// ARGV[4] "1" for a reader (its entry in the readers' set is what it holds).
 var commitScript = newScript(`
 if ARGV[4] == '1' then
   local sc = redis.pcall('ZSCORE', KEYS[3], ARGV[1])
@@ -193,10 +250,12 @@ elseif redis.pcall('GET', KEYS[1]) ~= ARGV[1] then
 end
 local cv = redis.pcall('GET', KEYS[2])
 local c = (type(cv) == 'string' and tonumber(cv)) or 0
+local cttl = tonumber(ARGV[3])
+` + counterTTLLua + `
 if tonumber(ARGV[2]) > c then
-  redis.call('SET', KEYS[2], ARGV[2], 'PX', ARGV[3])
+  redis.call('SET', KEYS[2], ARGV[2], 'PX', cttl)
 else
-  redis.call('PEXPIRE', KEYS[2], ARGV[3])
+  redis.call('PEXPIRE', KEYS[2], cttl)
 end
 return 1
 `)
@@ -272,18 +331,23 @@ return set
 // (the notice payload: a client ignores its own notices, whose waiters it hands the turn
 // to directly). Returns 0 if the key did not hold the value, else 1 + the number of
 // subscribers the notice reached (the releasing client's own subscription included).
-// Optionally KEYS[2] the readers' turn mark and ARGV[4] the turn's length, ms: when
-// readers marked themselves as waiting (readAcquireScript), the lock name is left holding
-// sharedMarker, with no reader entry, for that long, and the mark says it is the readers'
-// turn: the readers woken by the notice go in before any writer (doc.go, "Shared
-// locks"). The marker holds nothing: it lapses, or the readers' scripts give it their
-// entries' expiry.
+// Optionally KEYS[2] the readers' turn mark, ARGV[4] the turn's length and ARGV[5] the
+// longest turn the releasing client gives, ms: when readers marked themselves as waiting
+// (readAcquireScript), the lock name is left holding sharedMarker, with no reader entry,
+// for the turn, and the mark says it is the readers' turn: the readers woken by the
+// notice go in before any writer (doc.go, "Shared locks"). The turn is ARGV[4], or the
+// longest the waiting readers asked for (the mark's value) up to ARGV[5]. The marker
+// holds nothing: it lapses, or the readers' scripts give it their entries' expiry.
 var releaseScript = newScript(`
 if redis.pcall('GET', KEYS[1]) == ARGV[1] then
   redis.call('DEL', KEYS[1])
-  if #KEYS > 1 and tonumber(ARGV[4]) > 0 and redis.pcall('GET', KEYS[2]) == 'w' then
-    redis.call('SET', KEYS[1], '` + sharedMarkerLua + `', 'PX', ARGV[4])
-    redis.call('SET', KEYS[2], 't', 'PX', ARGV[4])
+  if #KEYS > 1 and tonumber(ARGV[4]) > 0 then
+    local asked = redis.pcall('GET', KEYS[2])
+    if type(asked) == 'string' and asked ~= 't' then
+      local turn = math.max(tonumber(ARGV[4]), math.min(tonumber(asked) or 0, tonumber(ARGV[5]) or 0))
+      redis.call('SET', KEYS[1], '` + sharedMarkerLua + `', 'PX', turn)
+      redis.call('SET', KEYS[2], 't', 'PX', turn)
+    end
   end
   return 1 + redis.call('PUBLISH', ARGV[2], ARGV[3])
 end
@@ -346,8 +410,8 @@ func newScript(src string) *transport.Script { return transport.NewScript(src) }
 // releases are cleanups: behind a call refused with NOSCRIPT they run again after it
 // (transport's batcher), so a release never stays ahead of the SET it cleans up.
 var scripts = transport.NewScripts(
-	acquireScript.About("acquire", "GET", "PTTL", "SET", "DEL", "TIME"),
-	readAcquireScript.About("shared acquire", "GET", "PTTL", "SET", "DEL", "TIME", "ZREMRANGEBYSCORE", "ZADD", "ZRANGE", "PEXPIRE"),
+	acquireScript.About("acquire", "GET", "PTTL", "SET", "DEL", "TIME", "INFO"),
+	readAcquireScript.About("shared acquire", "GET", "PTTL", "SET", "DEL", "TIME", "ZREMRANGEBYSCORE", "ZADD", "ZRANGE", "PEXPIRE", "INFO"),
 	readReleaseScript.About("shared release", "GET", "SET", "DEL", "TIME", "ZREM", "ZREMRANGEBYSCORE", "ZRANGE", "PEXPIRE", "PUBLISH").AsCleanup(),
 	commitScript.About("fencing commit", "GET", "SET", "PEXPIRE", "ZSCORE", "TIME"),
 	extendScript.About("renewal", "GET", "PEXPIRE", "PTTL", "TIME", "ZSCORE", "ZADD"),

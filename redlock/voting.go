@@ -67,6 +67,11 @@ type nodeFacts struct {
 	// zero if never; lossCause says which.
 	lossSeen  time.Time
 	lossCause QuarantineCause
+	// markerDue: a grant found the node's data marker gone or changed (a loss seen by an
+	// acquire, dataloss.go), and the marker has not been read since. The node does not
+	// vote until a health check (or a new connection's hello) has read it, whatever the
+	// time: until then this client knows no marker to check the node's grants against.
+	markerDue bool
 	// startedAt is the latest instant the node's current data may have begun (its INFO
 	// uptime, the age of its marker: dataloss.go), zero while unknown.
 	startedAt time.Time
@@ -75,19 +80,34 @@ type nodeFacts struct {
 // quarantineOf is the voting rule: until when node f may not vote, and why (zero and ""
 // when it votes). nodes are the client's nodes (f among them), q is the quarantine,
 // quorum the nodes a lock needs.
-//   - a loss this client saw: q after it saw it, whatever the other nodes do;
+//   - a loss this client saw: q after it saw it, whatever the other nodes do, and past
+//     that while its marker is due to be read again (markerDue: the until is then now,
+//     as the hold-back ends at a reading, not at a time known in advance);
 //   - a young node (its data began less than q ago) is held back until q after that
 //     begin, unless it began together with a quorum of young nodes (a fresh start).
 func quarantineOf(f nodeFacts, nodes []nodeFacts, quorum int, q time.Duration, now time.Time) (time.Time, QuarantineCause) {
-	if !f.lossSeen.IsZero() {
-		if until := f.lossSeen.Add(q); now.Before(until) {
-			return until, f.lossCause
-		}
+	if until := lossUntilOf(f, q, now); !until.IsZero() {
+		return until, f.lossCause
 	}
 	if until := youngUntilOf(f, q, now); !until.IsZero() && !freshStartOf(f, nodes, quorum, q, now) {
 		return until, QuarantineYoung
 	}
 	return time.Time{}, ""
+}
+
+// lossUntilOf is when the hold-back of a loss this client saw ends (quarantineOf), zero
+// when there is none or it is over.
+func lossUntilOf(f nodeFacts, q time.Duration, now time.Time) time.Time {
+	if f.lossSeen.IsZero() {
+		return time.Time{}
+	}
+	if until := f.lossSeen.Add(q); now.Before(until) {
+		return until
+	}
+	if f.markerDue {
+		return now
+	}
+	return time.Time{}
 }
 
 // youngUntilOf is when a quarantine after f's start ends, if that is still ahead.
@@ -121,12 +141,17 @@ func freshStartOf(f nodeFacts, nodes []nodeFacts, quorum int, q time.Duration, n
 // facts gathers what the voting rule needs of the node.
 func (n *node) facts() nodeFacts {
 	n.mu.Lock()
-	f := nodeFacts{lossSeen: n.lossSeen, lossCause: n.lossCause}
+	f := n.factsLocked()
 	n.mu.Unlock()
 	if s := n.startedAt.Load(); s != 0 {
 		f.startedAt = time.Unix(0, s)
 	}
 	return f
+}
+
+// factsLocked is what facts reads under n.mu (not startedAt: an atomic).
+func (n *node) factsLocked() nodeFacts {
+	return nodeFacts{lossSeen: n.lossSeen, lossCause: n.lossCause, markerDue: n.markerDue}
 }
 
 // allFacts gathers the facts of every node of the client.
@@ -138,13 +163,14 @@ func (c *Client) allFacts() []nodeFacts {
 	return out
 }
 
-// restarted reports whether the node is in the quarantine of a loss this client saw (a
-// restart or a data loss): such a node is not even asked.
+// restarted reports whether the node is held back for a loss this client saw (a restart
+// or a data loss, and until its marker is read again after a loss an acquire saw): such a
+// node is not even asked.
 func (n *node) restarted(now time.Time) bool {
 	n.mu.Lock()
-	seen := n.lossSeen
+	f := n.factsLocked()
 	n.mu.Unlock()
-	return !seen.IsZero() && now.Before(seen.Add(n.c.quarantine()))
+	return !f.lossSeen.IsZero() && !lossUntilOf(f, n.c.quarantine(), now).IsZero()
 }
 
 // youngUntil returns when a quarantine after the node's start ends, if that is still
