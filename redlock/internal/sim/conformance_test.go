@@ -20,10 +20,11 @@ import (
 // lock client sent to one node during a simulated schedule (its real scripts by EVAL and
 // EVALSHA, the announce, INFO, the probe, the digests, NOSCRIPT and all) is sent again,
 // in order and on the same inputs, to a real redis-server and to a fresh simulated node
-// whose clock is the real one, and the replies must agree: exactly, but for values read
-// from the clock (TIME, tokens drawn from it, PTTLs, the marker's creation time, reader
-// entries' expiries), which must agree within the time the replay took, and INFO, whose
-// fields the client reads must be there and alike. Pub/sub is checked on its own.
+// whose clock reads the time redis-server ran each command, and the replies must agree:
+// exactly, but for values read from the clock (TIME, tokens drawn from it, PTTLs, the
+// marker's creation time, reader entries' expiries), which must agree within the
+// command's round trip, and INFO, whose fields the client reads must be there and alike.
+// Pub/sub is checked on its own.
 func TestConformance(t *testing.T) {
 	var rec [][]string
 	// Schedules' commands to node 0, until every script was sent (at most 6 schedules).
