@@ -5,10 +5,10 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
-	mrand "math/rand/v2"
 	"strconv"
 	"time"
 
+	"github.com/caddy-redlock/caddy-redlock/redlock/internal/chance"
 	"github.com/caddy-redlock/caddy-redlock/redlock/internal/transport"
 )
 
@@ -360,7 +360,7 @@ func (c *Client) retryDelay() time.Duration {
 	if hi <= lo {
 		return lo
 	}
-	return lo + mrand.N(hi-lo)
+	return lo + chance.N(hi-lo)
 }
 
 type attemptResult struct {

@@ -2,8 +2,9 @@ package redlock
 
 import (
 	"context"
-	mrand "math/rand/v2"
 	"strconv"
+
+	"github.com/caddy-redlock/caddy-redlock/redlock/internal/chance"
 )
 
 // A limited key (AcquireOptions.Limit = n > 1) lets up to n holders have it at once. It is
@@ -49,7 +50,7 @@ func (c *Client) trySlots(ctx context.Context, slots []names, a try) (names, att
 	if len(slots) == 1 {
 		return slots[0], c.tryOnce(ctx, slots[0], a)
 	}
-	first := mrand.N(len(slots))
+	first := chance.N(len(slots))
 	var out attemptResult
 	unavailable := 0
 	for i := range slots {
