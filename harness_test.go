@@ -30,6 +30,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/caddy-redlock/caddy-redlock/internal/redistest"
+	"github.com/caddy-redlock/caddy-redlock/internal/testwait"
 	"github.com/caddy-redlock/caddy-redlock/redlock"
 )
 
@@ -91,25 +92,20 @@ func runTests(m *testing.M) int {
 // leakedGoroutines waits up to timeout for every goroutine running code of this module
 // (handler watchers, redlock clients) to end, and returns the stacks of those left.
 func leakedGoroutines(timeout time.Duration) string {
-	deadline := time.Now().Add(timeout)
-	for {
+	var left []string
+	eventually(timeout, func() bool {
 		buf := make([]byte, 1<<20)
 		buf = buf[:runtime.Stack(buf, true)]
-		var left []string
+		left = left[:0]
 		for _, g := range strings.Split(string(buf), "\n\n") {
 			if strings.Contains(g, "caddy-redlock/caddy-redlock") && !strings.Contains(g, "leakedGoroutines") &&
 				!strings.Contains(g, "testing.(*M)") && !strings.Contains(g, "testing.tRunner") {
 				left = append(left, g)
 			}
 		}
-		if len(left) == 0 {
-			return ""
-		}
-		if time.Now().After(deadline) {
-			return strings.Join(left, "\n\n")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return len(left) == 0
+	})
+	return strings.Join(left, "\n\n")
 }
 
 // freePort returns a loopback port that was free a moment ago.
@@ -272,17 +268,15 @@ func tail(s string, lines int) string {
 // waitListening waits until something accepts connections on the loopback port.
 func waitListening(t testing.TB, port int) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		c, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", port), time.Second)
-		if err == nil {
+	var err error
+	if !eventually(20*time.Second, func() bool {
+		var c net.Conn
+		if c, err = net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", port), time.Second); err == nil {
 			c.Close()
-			return
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("nothing listens on port %d: %v", port, err)
-		}
-		time.Sleep(20 * time.Millisecond)
+		return err == nil
+	}) {
+		t.Fatalf("nothing listens on port %d: %v", port, err)
 	}
 }
 
@@ -317,19 +311,9 @@ func lockKeysOn(t testing.TB, servers []*redistest.Server, prefix string) []stri
 	return out
 }
 
-// eventually polls cond every 20ms until it holds or timeout passes.
-func eventually(timeout time.Duration, cond func() bool) bool {
-	deadline := time.Now().Add(timeout)
-	for {
-		if cond() {
-			return true
-		}
-		if time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
+// eventually is the tests' one poll helper (internal/testwait, shared with the library's
+// tests): it polls cond until it holds or timeout passes, and reports whether it held.
+var eventually = testwait.Eventually
 
 // noKeysLeft fails the test if lock keys under prefix remain (releases are bounded by
 // node_timeout, so a short wait is enough).

@@ -41,7 +41,7 @@ func misconfigured(t *testing.T, urls []string, opt Options, acquire AcquireOpti
 		wantNode = want
 	}
 	want = wantNode
-	eventually(t, "last_error and log on every node", func() bool {
+	if !eventually(3*time.Second, func() bool {
 		for _, s := range c.Status().Nodes {
 			if s.Up || !strings.Contains(s.LastError, want) {
 				return false
@@ -54,7 +54,9 @@ func misconfigured(t *testing.T, urls []string, opt Options, acquire AcquireOpti
 			}
 		}
 		return logs.FilterMessage("redis node unusable").FilterFieldKey("node").Len() >= len(urls)
-	})
+	}) {
+		t.Fatal("timed out waiting for: last_error and log on every node")
+	}
 	time.Sleep(3 * opt.HealthInterval)
 	if n := logs.FilterMessage("redis node unusable").Len(); n != len(urls) {
 		t.Errorf("logged %d times, want once per node (%d): %v", n, len(urls), logs.All())
@@ -153,14 +155,16 @@ func TestACLProbe(t *testing.T) {
 					t.Logf("nodes: %+v", c.Status().Nodes)
 				}
 			}()
-			eventually(t, "probe error on every node and logged", func() bool {
+			if !eventually(3*time.Second, func() bool {
 				for _, s := range c.Status().Nodes {
 					if s.Up || !strings.Contains(s.LastError, tc.want) {
 						return false
 					}
 				}
 				return logs.FilterMessage("redis node unusable").Len() == len(servers)
-			})
+			}) {
+				t.Fatal("timed out waiting for: probe error on every node and logged")
+			}
 		})
 	}
 }
@@ -182,13 +186,17 @@ func TestACLProbeRecovers(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	eventually(t, "probe fails", func() bool { return logs.FilterMessage("redis node unusable").Len() == 1 })
+	if !eventually(3*time.Second, func() bool { return logs.FilterMessage("redis node unusable").Len() == 1 }) {
+		t.Fatal("timed out waiting for: probe fails")
+	}
 	if _, err := servers[0].Command("ACL", "SETUSER", "locker", "+time"); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "usable again", func() bool {
+	if !eventually(3*time.Second, func() bool {
 		return c.Status().Nodes[0].Up && logs.FilterMessage("redis node usable again").Len() == 1
-	})
+	}) {
+		t.Fatal("timed out waiting for: usable again")
+	}
 }
 
 // Refused credentials are a configuration problem too: named and logged.

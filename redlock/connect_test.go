@@ -92,10 +92,12 @@ func exerciseFeatures(t *testing.T, urls []string, opt Options) {
 		t.Fatal(err)
 	}
 	// The acquire returned at a quorum; its last SET may still be on the way.
-	eventually(t, "forced on every node", func() bool {
+	if !eventually(3*time.Second, func() bool {
 		st, err := a.Inspect(ctx, "forced")
 		return err == nil && st.Present == len(urls)
-	})
+	}) {
+		t.Fatal("timed out waiting for: forced on every node")
+	}
 	if n, err := a.ForceRelease(ctx, "forced"); err != nil || n.Deleted != len(urls) {
 		t.Fatalf("ForceRelease = %+v, %v", n, err)
 	}
@@ -140,13 +142,15 @@ func exerciseShared(t *testing.T, a, b *Client) {
 		}
 		got <- err
 	}()
-	eventually(t, "a new reader refused behind the waiting writer", func() bool {
+	if !eventually(3*time.Second, func() bool {
 		l, err := a.Acquire(ctx, "doc", AcquireOptions{Shared: true})
 		if err == nil {
 			_ = l.Release(ctx)
 		}
 		return isBusy(err)
-	})
+	}) {
+		t.Fatal("timed out waiting for: a new reader refused behind the waiting writer")
+	}
 	_ = r1.Release(ctx)
 	released := time.Now()
 	if err := r2.Release(ctx); err != nil {

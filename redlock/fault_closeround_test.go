@@ -38,10 +38,12 @@ func TestCloseDuringFailedRoundGivesBack(t *testing.T) {
 		_, err := c.Acquire(ctx, "closing", AcquireOptions{})
 		done <- err
 	}()
-	eventually(t, "node 2 grants the round (node 1 silent)", func() bool {
+	if !eventually(3*time.Second, func() bool {
 		_, ok := rawGet(t, servers[2], "closing")
 		return ok
-	})
+	}) {
+		t.Fatal("timed out waiting for: node 2 grants the round (node 1 silent)")
+	}
 	_ = c.Close()
 	err := <-done
 	t.Logf("Acquire: %v", err)

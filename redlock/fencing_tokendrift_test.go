@@ -132,7 +132,9 @@ func TestTokensAfterRollingRestart(t *testing.T) {
 		if err := s.Restart(); err != nil {
 			t.Fatal(err)
 		}
-		eventually(t, "restart seen", func() bool { return !c.Status().Nodes[i].QuarantinedUntil.IsZero() })
+		if !eventually(3*time.Second, func() bool { return !c.Status().Nodes[i].QuarantinedUntil.IsZero() }) {
+			t.Fatal("timed out waiting for: restart seen")
+		}
 		time.Sleep(time.Until(c.Status().Nodes[i].QuarantinedUntil) + 10*time.Millisecond)
 	}
 	l, err := c.Acquire(ctx, "rolling", AcquireOptions{Fencing: true, Wait: 2 * time.Second})

@@ -184,7 +184,9 @@ func TestForceReleaseLeavesTheTurnWithTheAcquire(t *testing.T) {
 		attemptResult{validity: time.Second, roundStart: time.Now(), settled: settled})
 	// A second caller queues behind it.
 	got := acquireLater(ctx, c, key)
-	eventually(t, "the second Acquire queues", func() bool { return c.Status().Waiting[key] == 1 })
+	if !eventually(3*time.Second, func() bool { return c.Status().Waiting[key] == 1 }) {
+		t.Fatal("timed out waiting for: the second Acquire queues")
+	}
 	if _, err := c.ForceRelease(ctx, key); err != nil {
 		t.Fatal(err)
 	}

@@ -129,11 +129,13 @@ func turnStress(t *testing.T, c *Client) {
 	wg.Wait()
 	t.Logf("pipelining=%v: acquired %d (handed %d), forced %d, cancels %d", !c.opt.DisablePipelining, got.Load(), handed.Load(), forced.Load(), cancels.Load())
 	// No turn left out: the lines are gone and each key is free at once.
-	eventually(t, "lines empty", func() bool {
+	if !eventually(3*time.Second, func() bool {
 		c.queues.mu.Lock()
 		defer c.queues.mu.Unlock()
 		return len(c.queues.m) == 0
-	})
+	}) {
+		t.Fatal("timed out waiting for: lines empty")
+	}
 	for _, k := range keys {
 		if l, err := c.Acquire(context.Background(), k, AcquireOptions{Wait: 3 * time.Second}); err != nil {
 			t.Fatalf("%s not free after the workers stopped: %v (waiting %v)", k, err, c.queues.waiting())
@@ -141,5 +143,7 @@ func turnStress(t *testing.T, c *Client) {
 			_ = l.Release(context.Background())
 		}
 	}
-	eventually(t, "no lock registered", func() bool { return len(c.Status().Held) == 0 })
+	if !eventually(3*time.Second, func() bool { return len(c.Status().Held) == 0 }) {
+		t.Fatal("timed out waiting for: no lock registered")
+	}
 }

@@ -68,7 +68,9 @@ func TestHandOverWithoutWaiterChangesNothing(t *testing.T) {
 		t.Fatalf("lock changed by a declined HandOver: %v", l.err())
 	}
 	r0 := l.Info().Renewals
-	eventually(t, "renewals go on after a declined HandOver", func() bool { return l.Info().Renewals >= r0+2 })
+	if !eventually(3*time.Second, func() bool { return l.Info().Renewals >= r0+2 }) {
+		t.Fatal("timed out waiting for: renewals go on after a declined HandOver")
+	}
 	if err := l.Release(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -99,11 +101,13 @@ func TestHandOverDeclinesWhileRenewalInFlight(t *testing.T) {
 	if err := l.KeepAlive(50*time.Millisecond, 0); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "a renewal in flight", func() bool {
+	if !eventually(3*time.Second, func() bool {
 		c.renewer.mu.Lock()
 		defer c.renewer.mu.Unlock()
 		return l.renewInFlight > 0
-	})
+	}) {
+		t.Fatal("timed out waiting for: a renewal in flight")
+	}
 	if l.HandOver() {
 		t.Fatal("HandOver went ahead with a renewal in flight")
 	}

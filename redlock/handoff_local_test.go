@@ -27,7 +27,9 @@ func queueWaiter(t *testing.T, c *Client, key string, o AcquireOptions) <-chan *
 		}
 		got <- l
 	}()
-	eventually(t, "waiter queued", func() bool { return c.queues.waiting()[key] == before+1 })
+	if !eventually(3*time.Second, func() bool { return c.queues.waiting()[key] == before+1 }) {
+		t.Fatal("timed out waiting for: waiter queued")
+	}
 	return got
 }
 
@@ -366,7 +368,9 @@ func TestNoHandoffOfLockFoundGoneByRenewalInFlight(t *testing.T) {
 	}
 	defer servers[2].Resume()
 	r0 := l.Info().Renewals
-	eventually(t, "a renewal to complete", func() bool { return l.Info().Renewals > r0 })
+	if !eventually(3*time.Second, func() bool { return l.Info().Renewals > r0 }) {
+		t.Fatal("timed out waiting for: a renewal to complete")
+	}
 	for _, s := range servers[:2] { // right after it: the next one starts in 100ms
 		rc := redis.NewClient(&redis.Options{Addr: s.Addr()})
 		if err := rc.Del(context.Background(), defaultPrefix+"gone").Err(); err != nil {

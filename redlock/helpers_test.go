@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/caddy-redlock/caddy-redlock/internal/redistest"
+	"github.com/caddy-redlock/caddy-redlock/internal/testwait"
 	"github.com/caddy-redlock/caddy-redlock/redlock/internal/transport"
 	"github.com/redis/go-redis/v9"
 )
@@ -49,18 +50,16 @@ func newTestClient(t testing.TB, servers []*redistest.Server, opt Options) *Clie
 // so a later restart is recognised.
 func waitRunIDs(t testing.TB, c *Client) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for time.Now().Before(deadline) {
-		all := true
+	if !eventually(5*time.Second, func() bool {
 		for _, s := range c.Status().Nodes {
-			all = all && s.RunID != ""
+			if s.RunID == "" {
+				return false
+			}
 		}
-		if all {
-			return
-		}
-		time.Sleep(10 * time.Millisecond)
+		return true
+	}) {
+		t.Fatalf("health checks did not see every run_id: %+v", c.Status().Nodes)
 	}
-	t.Fatalf("health checks did not see every run_id: %+v", c.Status().Nodes)
 }
 
 // rawKeys returns what each node holds under the lock key: value ("" if absent) or an error string.
@@ -78,18 +77,9 @@ func rawGet(t testing.TB, s *redistest.Server, key string) (string, bool) {
 	return v, true
 }
 
-// eventually polls cond for up to 3s: used for background cleanups, not for speed claims.
-func eventually(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(3 * time.Second)
-	for time.Now().Before(deadline) {
-		if cond() {
-			return
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	t.Fatalf("timed out waiting for: %s", what)
-}
+// eventually is the tests' one poll helper (internal/testwait, shared with the plugin's
+// tests): it polls cond until it holds or timeout passes, and reports whether it held.
+var eventually = testwait.Eventually
 
 // fmtSscanCalls reads calls=N from an INFO commandstats line.
 func fmtSscanCalls(line string, calls *int) (int, error) {
@@ -101,14 +91,16 @@ func fmtSscanCalls(line string, calls *int) (int, error) {
 // other nodes' deletes follow.
 func waitGone(t testing.TB, servers []*redistest.Server, key string) {
 	t.Helper()
-	eventually(t, key+" gone from every node", func() bool {
+	if !eventually(3*time.Second, func() bool {
 		for _, s := range servers {
 			if _, ok := rawGet(t, s, key); ok {
 				return false
 			}
 		}
 		return true
-	})
+	}) {
+		t.Fatal("timed out waiting for: " + key + " gone from every node")
+	}
 }
 
 func isBusy(err error) bool {

@@ -208,7 +208,9 @@ func TestRenewalDoesNotUndoForceRelease(t *testing.T) {
 	// renewal that overlaps the deletes may still find the key on a quorum and rightly
 	// re-take the node already emptied: delete just after a renewal, far from the next.
 	<-l.settled
-	eventually(t, "a first renewal", func() bool { return l.Info().Renewals >= 1 })
+	if !eventually(3*time.Second, func() bool { return l.Info().Renewals >= 1 }) {
+		t.Fatal("timed out waiting for: a first renewal")
+	}
 	for _, s := range servers {
 		rc := redis.NewClient(&redis.Options{Addr: s.Addr()})
 		if err := rc.Del(context.Background(), defaultPrefix+"forced").Err(); err != nil {

@@ -83,7 +83,9 @@ func TestLimitWaiterWokenByRelease(t *testing.T) {
 			}
 			got <- err
 		}()
-		eventually(t, "the waiter waits for a release notice", func() bool { return watching(tc.waiter, "pool") })
+		if !eventually(3*time.Second, func() bool { return watching(tc.waiter, "pool") }) {
+			t.Fatal("timed out waiting for: the waiter waits for a release notice")
+		}
 		released := time.Now()
 		if err := tc.released.Release(context.Background()); err != nil {
 			t.Fatal(err)
@@ -120,9 +122,11 @@ func TestLimitLocalWaitersFIFO(t *testing.T) {
 			_ = l.Release(context.Background())
 		})
 		// Arrive in order: the first takes the line's turn, the others queue behind it.
-		eventually(t, "waiter in line", func() bool {
+		if !eventually(3*time.Second, func() bool {
 			return c.queues.writerWaits("pool") && c.Status().Waiting["pool"] == i
-		})
+		}) {
+			t.Fatal("timed out waiting for: waiter in line")
+		}
 	}
 	_ = h1.Release(context.Background())
 	_ = h2.Release(context.Background())

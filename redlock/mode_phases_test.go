@@ -43,7 +43,7 @@ func TestSharedWriterWaitsOnlyForReadersInside(t *testing.T) {
 				time.Sleep(10 * time.Millisecond)
 				_ = w.Release(context.Background())
 			}()
-			eventually(t, "writer marked as waiting", func() bool {
+			if !eventually(3*time.Second, func() bool {
 				marked := 0
 				for _, s := range servers {
 					if _, ok := rawGet(t, s, "doc"+writerSuffix); ok {
@@ -51,7 +51,9 @@ func TestSharedWriterWaitsOnlyForReadersInside(t *testing.T) {
 					}
 				}
 				return marked >= 2
-			})
+			}) {
+				t.Fatal("timed out waiting for: writer marked as waiting")
+			}
 			time.Sleep(joinWindow) // a join window at most (a round trip): not the old 100ms
 			// Late readers of the group's own client, while the first reader still reads.
 			var wg sync.WaitGroup
@@ -99,7 +101,7 @@ func TestSharedWaitingReadersAllWakeOnRelease(t *testing.T) {
 			_ = l.Release(context.Background())
 		})
 	}
-	eventually(t, "readers waiting on a subscription", func() bool {
+	if !eventually(3*time.Second, func() bool {
 		rc.readers.mu.Lock()
 		n := rc.readers.waiting["doc"]
 		rc.readers.mu.Unlock()
@@ -115,11 +117,15 @@ func TestSharedWaitingReadersAllWakeOnRelease(t *testing.T) {
 		default:
 			return false
 		}
-	})
+	}) {
+		t.Fatal("timed out waiting for: readers waiting on a subscription")
+	}
 	time.Sleep(50 * time.Millisecond) // every reader past its second try, asleep
 	_ = w.Release(context.Background())
 	// Loose: well under the retry delay, far above a round trip.
-	eventually(t, "every waiting reader in after the writer's release", func() bool { return in.Load() == readers })
+	if !eventually(3*time.Second, func() bool { return in.Load() == readers }) {
+		t.Fatal("timed out waiting for: every waiting reader in after the writer's release")
+	}
 	close(all)
 	wg.Wait()
 }
@@ -142,19 +148,23 @@ func TestSharedWriterReleaseLetsWaitingReadersFirst(t *testing.T) {
 		w2At <- order.Add(1)
 		_ = w2.Release(context.Background())
 	}()
-	eventually(t, "second writer queued", func() bool {
+	if !eventually(3*time.Second, func() bool {
 		c.queues.mu.Lock()
 		defer c.queues.mu.Unlock()
 		q := c.queues.m["doc"]
 		return q != nil && len(q.waiters) == 1
-	})
+	}) {
+		t.Fatal("timed out waiting for: second writer queued")
+	}
 	const readers = 3
 	var wg sync.WaitGroup
 	var readersAt readerLog
 	for range readers {
 		startReader(t, &wg, c, "doc", &order, 20*time.Millisecond, &readersAt)
 	}
-	eventually(t, "readers waiting", func() bool { return c.readers.readersWait("doc") })
+	if !eventually(3*time.Second, func() bool { return c.readers.readersWait("doc") }) {
+		t.Fatal("timed out waiting for: readers waiting")
+	}
 	time.Sleep(50 * time.Millisecond)
 	_ = w1.Release(context.Background())
 	wg.Wait()

@@ -185,11 +185,13 @@ func TestSharedReadersGoBeforeOtherClientsWriter(t *testing.T) {
 		}
 		w2At := make(chan int32, 1)
 		w2Waited := make(chan time.Duration, 1)
-		eventually(t, "readers waiting", func() bool {
+		if !eventually(3*time.Second, func() bool {
 			rb.readers.mu.Lock()
 			defer rb.readers.mu.Unlock()
 			return rb.readers.waiting["doc"] == readers
-		})
+		}) {
+			t.Fatal("timed out waiting for: readers waiting")
+		}
 		go func() {
 			t0 := time.Now()
 			w2, err := wc.Acquire(context.Background(), "doc", AcquireOptions{Wait: 10 * time.Second})
@@ -287,7 +289,9 @@ func TestDistantReaderGetsATurn(t *testing.T) {
 			}
 		})
 	}
-	eventually(t, "writers taking the key in turn", func() bool { return holds.Load() >= 2 })
+	if !eventually(3*time.Second, func() bool { return holds.Load() >= 2 }) {
+		t.Fatal("timed out waiting for: writers taking the key in turn")
+	}
 	from := holds.Load()
 	l, err := r.Acquire(ctx, "doc", AcquireOptions{Shared: true, Wait: 10 * time.Second})
 	passed := holds.Load() - from

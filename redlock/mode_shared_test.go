@@ -119,7 +119,7 @@ func TestSharedWaitingWriterKeepsNewReadersOut(t *testing.T) {
 	// Once the writer has tried with the script (its second try, after subscribing), it
 	// is marked as waiting on a majority (the others may have granted it): a new reader
 	// is refused.
-	eventually(t, "writer marked as waiting", func() bool {
+	if !eventually(3*time.Second, func() bool {
 		marked := 0
 		for _, s := range servers {
 			if _, ok := rawGet(t, s, "doc"+writerSuffix); ok {
@@ -127,7 +127,9 @@ func TestSharedWaitingWriterKeepsNewReadersOut(t *testing.T) {
 			}
 		}
 		return marked >= 2
-	})
+	}) {
+		t.Fatal("timed out waiting for: writer marked as waiting")
+	}
 	// A reader of a's own (r1's group) could join r1's entry for a moment (readgroup.go):
 	// the new readers come from a client of their own.
 	late := newTestClient(t, servers, fastOptions())
@@ -248,7 +250,7 @@ func TestSharedForceRelease(t *testing.T) {
 	r1 := mustAcquire(t, c, "doc", read)
 	r2 := mustAcquire(t, c, "doc", read) // joins r1's entry
 	r3 := mustAcquire(t, other, "doc", read)
-	eventually(t, "2 reader entries on every node", func() bool {
+	if !eventually(3*time.Second, func() bool {
 		st, err := c.Inspect(context.Background(), "doc")
 		if err != nil || !st.QuorumHeld || !st.HeldHere {
 			return false
@@ -259,7 +261,9 @@ func TestSharedForceRelease(t *testing.T) {
 			}
 		}
 		return true
-	})
+	}) {
+		t.Fatal("timed out waiting for: 2 reader entries on every node")
+	}
 	res, err := c.ForceRelease(context.Background(), "doc")
 	if err != nil || res.Deleted != 3 {
 		t.Fatalf("force release: %+v, %v", res, err)

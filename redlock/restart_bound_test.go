@@ -73,7 +73,9 @@ func TestQuarantineCoversOtherClientsTTL(t *testing.T) {
 	}
 
 	la := holdThenRestartNode0(t, a, servers)
-	eventually(t, "B sees node 0 restart", func() bool { return !b.Status().Nodes[0].QuarantinedUntil.IsZero() })
+	if !eventually(3*time.Second, func() bool { return !b.Status().Nodes[0].QuarantinedUntil.IsZero() }) {
+		t.Fatal("timed out waiting for: B sees node 0 restart")
+	}
 	// Tries for 2s, well past the stray's expiry and B's own ttl.
 	wantNoSecondHolder(t, b, la)
 	if b.bound() != optA.TTL {

@@ -38,7 +38,7 @@ func TestRestartedNodesDoNotVoteDuringQuarantine(t *testing.T) {
 		t.Fatalf("unexpected error: %v", err)
 	}
 	// Both restarts are seen (by a new connection or the next health check) and quarantined.
-	eventually(t, "two nodes quarantined", func() bool {
+	if !eventually(3*time.Second, func() bool {
 		q := 0
 		for _, s := range b.Status().Nodes {
 			if !s.QuarantinedUntil.IsZero() {
@@ -46,7 +46,9 @@ func TestRestartedNodesDoNotVoteDuringQuarantine(t *testing.T) {
 			}
 		}
 		return q == 2
-	})
+	}) {
+		t.Fatal("timed out waiting for: two nodes quarantined")
+	}
 	if _, err := b.Acquire(ctx, "restart", AcquireOptions{}); err == nil && la.validity() > 0 {
 		t.Fatal("B acquired during the quarantine while A's lock was valid")
 	}
@@ -188,7 +190,9 @@ func TestYoungWindowIsConservative(t *testing.T) {
 	if _, err := other.Acquire(context.Background(), "long", AcquireOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "c learns the 10s bound", func() bool { return c.bound() == 10*time.Second })
+	if !eventually(3*time.Second, func() bool { return c.bound() == 10*time.Second }) {
+		t.Fatal("timed out waiting for: c learns the 10s bound")
+	}
 	// c's own node started long ago (as seen once, which sticks): n, started alone, is
 	// no fresh start.
 	waitRunIDs(t, c)
