@@ -185,18 +185,16 @@ func notifyOptions() Options {
 // waitUsable waits until every node answered a health check and passed the probe.
 func waitUsable(t *testing.T, c *Client) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for time.Now().Before(deadline) {
-		ok := true
+	if !eventually(5*time.Second, func() bool {
 		for _, n := range c.nodes {
-			ok = ok && n.tr.Facts().Probed
+			if !n.tr.Facts().Probed {
+				return false
+			}
 		}
-		if ok {
-			return
-		}
-		time.Sleep(10 * time.Millisecond)
+		return true
+	}) {
+		t.Fatalf("nodes not usable: %+v", c.Status().Nodes)
 	}
-	t.Fatalf("nodes not usable: %+v", c.Status().Nodes)
 }
 
 func TestTLSNodes(t *testing.T) {

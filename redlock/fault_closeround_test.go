@@ -48,19 +48,16 @@ func TestCloseDuringFailedRoundGivesBack(t *testing.T) {
 	err := <-done
 	t.Logf("Acquire: %v", err)
 	// The give-back lands within a node timeout of the round's end; the key's ttl is 5 s.
-	deadline := time.Now().Add(time.Second)
-	for {
-		v, ok := rawGet(t, servers[2], "closing")
-		if !ok {
-			break
-		}
-		if time.Now().After(deadline) {
-			r2 := redis.NewClient(&redis.Options{Addr: servers[2].Addr()})
-			defer r2.Close()
-			pttl, _ := r2.PTTL(ctx, defaultPrefix+"closing").Result()
-			t.Fatalf("after a failed Acquire and Close, node 2 still holds the round's value (len %d) for %v more", len(v), pttl)
-		}
-		time.Sleep(10 * time.Millisecond)
+	var v string
+	if !eventually(time.Second, func() bool {
+		var ok bool
+		v, ok = rawGet(t, servers[2], "closing")
+		return !ok
+	}) {
+		r2 := redis.NewClient(&redis.Options{Addr: servers[2].Addr()})
+		defer r2.Close()
+		pttl, _ := r2.PTTL(ctx, defaultPrefix+"closing").Result()
+		t.Fatalf("after a failed Acquire and Close, node 2 still holds the round's value (len %d) for %v more", len(v), pttl)
 	}
 }
 

@@ -155,15 +155,8 @@ func TestReleaseAfterFailedHandOverDeletesInRedis(t *testing.T) {
 	// Release returns once a quorum deleted the key; the last delete lands within a node
 	// timeout (300ms), far inside the ttl (2s) the key would otherwise stand for.
 	for i, s := range servers {
-		deadline := time.Now().Add(fastOptions().NodeTimeout + 200*time.Millisecond)
-		for {
-			if _, ok := rawGet(t, s, "pending"); !ok {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("node %d still holds the key", i)
-			}
-			time.Sleep(5 * time.Millisecond)
+		if !eventually(fastOptions().NodeTimeout+200*time.Millisecond, func() bool { _, ok := rawGet(t, s, "pending"); return !ok }) {
+			t.Fatalf("node %d still holds the key", i)
 		}
 	}
 	if err := l.Release(context.Background()); err != ErrReleased {

@@ -256,18 +256,16 @@ func TestRenewalRetakesRestartedNode(t *testing.T) {
 	if err := servers[0].Restart(); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(5 * time.Second) // quarantine (ttl + drift) and a renewal
-	for {
-		if v, ok := rawGet(t, servers[0], "rejoin"); ok {
-			if v != want {
-				t.Fatal("the restarted node holds another value")
-			}
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the restarted node never got the key back")
-		}
-		time.Sleep(20 * time.Millisecond)
+	var got string
+	if !eventually(5*time.Second, func() bool { // quarantine (ttl + drift) and a renewal
+		var ok bool
+		got, ok = rawGet(t, servers[0], "rejoin")
+		return ok
+	}) {
+		t.Fatal("the restarted node never got the key back")
+	}
+	if got != want {
+		t.Fatal("the restarted node holds another value")
 	}
 	if err := l.err(); err != nil {
 		t.Fatalf("lock lost: %v", err)

@@ -68,9 +68,7 @@ func TestQuarantineCoversOtherClientsTTL(t *testing.T) {
 	b := newTestClient(t, servers, optB)
 	waitRunIDs(t, b)
 	// Like any client that ran for a while next to A, B has read A's announcement.
-	for deadline := time.Now().Add(time.Second); b.bound() != optA.TTL && time.Now().Before(deadline); {
-		time.Sleep(10 * time.Millisecond)
-	}
+	eventually(time.Second, func() bool { return b.bound() == optA.TTL }) // checked at the end
 
 	la := holdThenRestartNode0(t, a, servers)
 	if !eventually(3*time.Second, func() bool { return !b.Status().Nodes[0].QuarantinedUntil.IsZero() }) {

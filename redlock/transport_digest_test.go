@@ -16,21 +16,17 @@ import (
 // connection asks: internal/transport/digest.go).
 func waitDigests(t testing.TB) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		missing := ""
+	missing := ""
+	if !eventually(5*time.Second, func() bool {
+		missing = ""
 		for _, s := range scripts.List() {
 			if s.Digest() == "" {
 				missing = s.Name()
 			}
 		}
-		if missing == "" {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the %s script's digest was never learned", missing)
-		}
-		time.Sleep(10 * time.Millisecond)
+		return missing == ""
+	}) {
+		t.Fatalf("the %s script's digest was never learned", missing)
 	}
 }
 
