@@ -108,7 +108,7 @@ func TestACLMissingPermission(t *testing.T) {
 	} {
 		t.Run(tc.drop, func(t *testing.T) {
 			var args []string
-			for _, a := range docsACLLine(t, "locker", "pw") {
+			for _, a := range redistest.DocsACLSetUser(t, "locker", "pw") {
 				if a != tc.drop {
 					args = append(args, a)
 				}
@@ -135,7 +135,7 @@ func TestACLProbe(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var args []string
-			for _, a := range docsACLLine(t, "locker", "pw") {
+			for _, a := range redistest.DocsACLSetUser(t, "locker", "pw") {
 				if a == tc.replace[0] {
 					a = tc.replace[1]
 				}
@@ -172,7 +172,7 @@ func TestACLProbe(t *testing.T) {
 // A node that becomes usable again is logged once at info, and shows up.
 func TestACLProbeRecovers(t *testing.T) {
 	var args []string
-	for _, a := range docsACLLine(t, "locker", "pw") {
+	for _, a := range redistest.DocsACLSetUser(t, "locker", "pw") {
 		if a != "+time" {
 			args = append(args, a)
 		}
@@ -201,6 +201,6 @@ func TestACLProbeRecovers(t *testing.T) {
 
 // Refused credentials are a configuration problem too: named and logged.
 func TestWrongPassword(t *testing.T) {
-	servers := aclServers(t, 3, docsACLLine(t, "locker", "right"))
+	servers := aclServers(t, 3, redistest.DocsACLSetUser(t, "locker", "right"))
 	misconfigured(t, userURLs(servers, "locker", "wrong"), fastOptions(), AcquireOptions{}, "WRONGPASS", "")
 }

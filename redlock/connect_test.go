@@ -1,11 +1,9 @@
 package redlock
 
 import (
-	"bufio"
 	"context"
 	"crypto/tls"
 	"errors"
-	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -261,29 +259,6 @@ func TestClientBuilder(t *testing.T) {
 	}
 }
 
-// docsACLLine returns the ACL SETUSER line of docs/connecting.md, for the user and password
-// given (the prefix is the default one the line is written for).
-func docsACLLine(t *testing.T, user, password string) []string {
-	t.Helper()
-	f, err := os.Open("../docs/connecting.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	var found []string
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if line := strings.TrimSpace(sc.Text()); strings.HasPrefix(line, "ACL SETUSER ") {
-			found = append(found, line)
-		}
-	}
-	if len(found) != 1 {
-		t.Fatalf("docs/connecting.md has %d lines starting with ACL SETUSER, want 1: %q", len(found), found)
-	}
-	line := strings.NewReplacer("<user>", user, "<password>", password).Replace(found[0])
-	return strings.Fields(line)
-}
-
 func aclServers(t *testing.T, n int, args []string) []*redistest.Server {
 	t.Helper()
 	servers := redistest.StartN(t, n)
@@ -309,7 +284,7 @@ func userURLs(servers []*redistest.Server, user, password string) []string {
 // Node 1 may evict (a memory limit, volatile-ttl): the acquire scripts read its eviction
 // count with INFO, which the line grants inside scripts too.
 func TestDocsACLUser(t *testing.T) {
-	servers := aclServers(t, 3, docsACLLine(t, "locker", "s3cret"))
+	servers := aclServers(t, 3, redistest.DocsACLSetUser(t, "locker", "s3cret"))
 	for _, kv := range [][]string{{"maxmemory", "64mb"}, {"maxmemory-policy", "volatile-ttl"}} {
 		if _, err := servers[0].Command("CONFIG", "SET", kv[0], kv[1]); err != nil {
 			t.Fatal(err)

@@ -135,7 +135,7 @@ func forgetDigests() {
 // A user with exactly the docs' ACL line (EVAL and EVALSHA, no SCRIPT LOAD) learns
 // the digests and runs the scripts by them.
 func TestDigestsLearnedUnderDocsACLUser(t *testing.T) {
-	servers := aclServers(t, 1, docsACLLine(t, "locker", "s3cret"))
+	servers := aclServers(t, 1, redistest.DocsACLSetUser(t, "locker", "s3cret"))
 	forgetDigests()
 	c, err := New(userURLs(servers, "locker", "s3cret"), fastOptions())
 	if err != nil {
