@@ -15,6 +15,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -35,8 +36,8 @@ import (
 )
 
 // The tests run a real Caddy (in this process, one at a time, since Caddy's config is
-// process-global; or as cmd/caddy processes for several instances), real HTTP, and real
-// redis-server processes.
+// process-global: startCaddy; or as cmd/caddy processes for several instances:
+// startCaddyProc, with the same Caddyfile), real HTTP, and real redis-server processes.
 
 // caddyBinary builds cmd/caddy once, on first use (the multi-instance, CLI and process
 // tests), so that a run of other tests does not pay for the build.
@@ -174,10 +175,7 @@ func startCaddy(t *testing.T, extraGlobal, body string) *site {
 // what the Caddyfile cannot say, such as an events app subscription).
 func startCaddyPatched(t *testing.T, extraGlobal, body string, patch func(cfg map[string]any)) *site {
 	t.Helper()
-	s := &site{port: freePort(t), logFile: filepath.Join(t.TempDir(), "caddy.log")}
-	s.adminAdr = fmt.Sprintf("localhost:%d", freePort(t))
-	s.url = fmt.Sprintf("http://127.0.0.1:%d", s.port)
-	s.admin = "http://" + s.adminAdr
+	s := newSite(t)
 	cfg := adapt(t, s.caddyfile(extraGlobal, body))
 	if patch != nil {
 		var m map[string]any
@@ -190,6 +188,26 @@ func startCaddyPatched(t *testing.T, extraGlobal, body string, patch func(cfg ma
 			t.Fatal(err)
 		}
 	}
+	s.load(t, cfg)
+	return s
+}
+
+// newSite picks a site's ports and files: Caddy serving http://127.0.0.1:port, its admin
+// API on another port, its log in the test's directory. Nothing runs yet: load runs it in
+// this process, startCaddyProc as a cmd/caddy process.
+func newSite(t *testing.T) *site {
+	t.Helper()
+	s := &site{port: freePort(t), logFile: filepath.Join(t.TempDir(), "caddy.log")}
+	s.adminAdr = fmt.Sprintf("localhost:%d", freePort(t))
+	s.url = fmt.Sprintf("http://127.0.0.1:%d", s.port)
+	s.admin = "http://" + s.adminAdr
+	return s
+}
+
+// load runs the JSON config cfg in this process until the test ends; a failed test
+// shows Caddy's log.
+func (s *site) load(t *testing.T, cfg []byte) {
+	t.Helper()
 	if err := caddy.Load(cfg, true); err != nil {
 		t.Fatalf("loading config: %v\n%s", err, cfg)
 	}
@@ -197,19 +215,89 @@ func startCaddyPatched(t *testing.T, extraGlobal, body string, patch func(cfg ma
 		if err := caddy.Stop(); err != nil {
 			t.Errorf("stopping caddy: %v", err)
 		}
-		if t.Failed() {
-			if dir := os.Getenv("REDLOCK_TEST_KEEP_LOGS"); dir != "" {
-				if b, err := os.ReadFile(s.logFile); err == nil {
-					_ = os.WriteFile(filepath.Join(dir, t.Name()+".caddy.log"), b, 0o644)
-				}
-			}
-			if b, err := os.ReadFile(s.logFile); err == nil {
-				t.Logf("caddy log, warnings and errors:\n%s\ncaddy log, last lines:\n%s", grepLevels(string(b)), tail(string(b), 30))
-			}
-		}
+		s.logOnFailure(t)
 	})
 	waitListening(t, s.port)
-	return s
+}
+
+// logOnFailure shows Caddy's log in a failed test: the warnings and errors, and the last
+// lines (REDLOCK_TEST_KEEP_LOGS=dir keeps the whole log).
+func (s *site) logOnFailure(t *testing.T) {
+	if !t.Failed() {
+		return
+	}
+	b, err := os.ReadFile(s.logFile)
+	if err != nil {
+		return
+	}
+	if dir := os.Getenv("REDLOCK_TEST_KEEP_LOGS"); dir != "" {
+		_ = os.WriteFile(filepath.Join(dir, strings.ReplaceAll(t.Name(), "/", "_")+".caddy.log"), b, 0o644)
+	}
+	t.Logf("caddy log (%s), warnings and errors:\n%s\ncaddy log, last lines:\n%s", s.url, grepLevels(string(b)), tail(string(b), 30))
+}
+
+// caddyProc is a site run by a cmd/caddy process (the tests of several instances, of a
+// process's exit, its environment or its standard output), with the same Caddyfile as
+// an in-process site.
+type caddyProc struct {
+	*site
+	cmd    *exec.Cmd
+	exited <-chan struct{} // closed once the process exited and was reaped
+	stdout string          // the process's standard output (the console span exporter writes there)
+	stderr string          // its standard error (what Caddy prints before its log is set up, a panic)
+}
+
+// startCaddyProc runs a Caddyfile site body in a cmd/caddy process, with env added to
+// its environment, until the test ends (SIGTERM, then SIGKILL after 15 s).
+func startCaddyProc(t *testing.T, body string, env ...string) *caddyProc {
+	t.Helper()
+	dir := t.TempDir()
+	p := &caddyProc{site: newSite(t), stdout: filepath.Join(dir, "stdout"), stderr: filepath.Join(dir, "stderr")}
+	file := filepath.Join(dir, "Caddyfile")
+	if err := os.WriteFile(file, []byte(p.caddyfile("", body)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	outf, err := os.Create(p.stdout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	errf, err := os.Create(p.stderr)
+	if err != nil {
+		outf.Close()
+		t.Fatal(err)
+	}
+	p.cmd = exec.Command(caddyBinary(t), "run", "--config", file, "--adapter", "caddyfile")
+	p.cmd.Stdout, p.cmd.Stderr = outf, errf
+	p.cmd.Env = append(append(os.Environ(), "XDG_CONFIG_HOME="+dir, "XDG_DATA_HOME="+dir), env...)
+	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // dies with the test binary
+	if err := p.cmd.Start(); err != nil {
+		outf.Close()
+		errf.Close()
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	p.exited = exited
+	go func() {
+		defer close(exited)
+		_ = p.cmd.Wait()
+		outf.Close()
+		errf.Close()
+	}()
+	t.Cleanup(func() {
+		_ = p.cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-exited:
+		case <-time.After(15 * time.Second):
+			_ = p.cmd.Process.Kill()
+			<-exited
+		}
+		p.logOnFailure(t)
+		if b, _ := os.ReadFile(p.stderr); t.Failed() && len(b) > 0 {
+			t.Logf("caddy process %s, standard error:\n%s", p.url, tail(string(b), 40))
+		}
+	})
+	waitListening(t, p.port)
+	return p
 }
 
 // reload posts a new site body to the admin API (what `caddy reload` does).
