@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -138,5 +139,90 @@ func watching(c *Client, key string) bool {
 		return true
 	default:
 		return false
+	}
+}
+
+// tryCounter counts the acquire tries a client sends to each node, through a go-redis
+// hook on its connections (Options.ClientBuilder): a barrier for tests that release a key
+// only once its waiters tried. A waiter that finds the key taken tries once, subscribes
+// to the key's release notices, tries again and sleeps (acquire.go, contention.run); once
+// its second try is out, a release notice wakes it whenever it comes (watch.next).
+type tryCounter struct {
+	mu            sync.Mutex
+	reads, writes map[string]int // by node address: readAcquireScript and acquireScript calls sent
+}
+
+// countTries makes the clients built with opt count their tries in the returned counter.
+func countTries(opt *Options) *tryCounter {
+	tc := &tryCounter{reads: map[string]int{}, writes: map[string]int{}}
+	opt.ClientBuilder = func(o *redis.Options) (*redis.Client, error) {
+		c := redis.NewClient(o)
+		c.AddHook(tryHook{tc, o.Addr})
+		return c, nil
+	}
+	return tc
+}
+
+// tries returns the read and write tries sent to every one of the n nodes (the least
+// over the nodes: a try goes to all of them).
+func (tc *tryCounter) tries(n int) (reads, writes int) {
+	tc.mu.Lock()
+	defer tc.mu.Unlock()
+	least := func(m map[string]int) int {
+		if len(m) < n {
+			return 0
+		}
+		low := -1
+		for _, v := range m {
+			if low < 0 || v < low {
+				low = v
+			}
+		}
+		return low
+	}
+	return least(tc.reads), least(tc.writes)
+}
+
+func (tc *tryCounter) sent(addr string, cmd redis.Cmder) {
+	args := cmd.Args()
+	if len(args) < 2 {
+		return
+	}
+	name, _ := args[0].(string)
+	arg, _ := args[1].(string)
+	is := func(s *transport.Script) bool {
+		return (strings.EqualFold(name, "evalsha") && arg == s.Digest()) || (strings.EqualFold(name, "eval") && arg == s.Src())
+	}
+	tc.mu.Lock()
+	defer tc.mu.Unlock()
+	switch {
+	case is(readAcquireScript):
+		tc.reads[addr]++
+	case is(acquireScript):
+		tc.writes[addr]++
+	}
+}
+
+// tryHook is tryCounter's hook on the connections to one node.
+type tryHook struct {
+	tc   *tryCounter
+	addr string
+}
+
+func (h tryHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h tryHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		h.tc.sent(h.addr, cmd)
+		return next(ctx, cmd)
+	}
+}
+
+func (h tryHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		for _, cmd := range cmds {
+			h.tc.sent(h.addr, cmd)
+		}
+		return next(ctx, cmds)
 	}
 }

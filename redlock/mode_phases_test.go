@@ -24,7 +24,9 @@ func TestSharedWriterWaitsOnlyForReadersInside(t *testing.T) {
 		}
 		t.Run(name, func(t *testing.T) {
 			servers := redistest.StartN(t, 3)
-			c := newTestClient(t, servers, fastOptions())
+			opt := fastOptions()
+			tries := countTries(&opt)
+			c := newTestClient(t, servers, opt)
 			wc := c
 			if !local {
 				wc = newTestClient(t, servers, fastOptions())
@@ -40,7 +42,7 @@ func TestSharedWriterWaitsOnlyForReadersInside(t *testing.T) {
 					return
 				}
 				writerAt <- order.Add(1)
-				time.Sleep(10 * time.Millisecond)
+				time.Sleep(10 * time.Millisecond) // its hold: the late readers may not come in meanwhile
 				_ = w.Release(context.Background())
 			}()
 			if !eventually(3*time.Second, func() bool {
@@ -54,15 +56,28 @@ func TestSharedWriterWaitsOnlyForReadersInside(t *testing.T) {
 			}) {
 				t.Fatal("timed out waiting for: writer marked as waiting")
 			}
-			time.Sleep(joinWindow) // a join window at most (a round trip): not the old 100ms
-			// Late readers of the group's own client, while the first reader still reads.
+			// The first reader's group takes joiners for a round trip at most (joinWindow):
+			// a window that must lapse, so a sleep.
+			time.Sleep(joinWindow)
+			// Late readers of the group's own client, while the first reader still reads,
+			// and all of them in Redis (refused there) before it leaves. Were they to join
+			// its group instead, they would never be counted: the order below says so.
+			reads0, _ := tries.tries(len(servers))
 			var wg sync.WaitGroup
 			var readersAt readerLog
 			for range 5 {
 				startReader(t, &wg, c, "doc", &order, 20*time.Millisecond, &readersAt)
-				time.Sleep(2 * time.Millisecond)
+				time.Sleep(2 * time.Millisecond) // arrivals spread out: a workload's shape, not a barrier
 			}
-			time.Sleep(20 * time.Millisecond)
+			if !eventually(3*time.Second, func() bool {
+				c.readers.mu.Lock()
+				n := c.readers.waiting["doc"]
+				c.readers.mu.Unlock()
+				reads, _ := tries.tries(len(servers))
+				return n == 5 && reads >= reads0+5
+			}) {
+				t.Log("the late readers are not all waiting in Redis")
+			}
 			if err := r1.Release(context.Background()); err != nil {
 				t.Fatal(err)
 			}
@@ -83,6 +98,7 @@ func TestSharedWaitingReadersAllWakeOnRelease(t *testing.T) {
 	wc := newTestClient(t, servers, wopt)
 	opt := fastOptions()
 	opt.RetryDelayMin, opt.RetryDelayMax = 5*time.Second, 5*time.Second // only a notice wakes them in time
+	tries := countTries(&opt)
 	rc := newTestClient(t, servers, opt)
 	w := mustAcquire(t, wc, "doc", write)
 	const readers = 5
@@ -120,7 +136,9 @@ func TestSharedWaitingReadersAllWakeOnRelease(t *testing.T) {
 	}) {
 		t.Fatal("timed out waiting for: readers waiting on a subscription")
 	}
-	time.Sleep(50 * time.Millisecond) // every reader past its second try, asleep
+	if !eventually(3*time.Second, func() bool { reads, _ := tries.tries(len(servers)); return reads >= 2*readers }) {
+		t.Fatal("timed out waiting for: every reader past its second try, asleep")
+	}
 	_ = w.Release(context.Background())
 	// Loose: well under the retry delay, far above a round trip.
 	if !eventually(3*time.Second, func() bool { return in.Load() == readers }) {
@@ -134,7 +152,9 @@ func TestSharedWaitingReadersAllWakeOnRelease(t *testing.T) {
 // of that client wait for the key, and those readers go in before that writer.
 func TestSharedWriterReleaseLetsWaitingReadersFirst(t *testing.T) {
 	servers := redistest.StartN(t, 3)
-	c := newTestClient(t, servers, fastOptions())
+	opt := fastOptions()
+	tries := countTries(&opt)
+	c := newTestClient(t, servers, opt)
 	w1 := mustAcquire(t, c, "doc", AcquireOptions{Wait: time.Second})
 	var order atomic.Int32
 	w2At := make(chan int32, 1)
@@ -165,7 +185,15 @@ func TestSharedWriterReleaseLetsWaitingReadersFirst(t *testing.T) {
 	if !eventually(3*time.Second, func() bool { return c.readers.readersWait("doc") }) {
 		t.Fatal("timed out waiting for: readers waiting")
 	}
-	time.Sleep(50 * time.Millisecond)
+	if !eventually(3*time.Second, func() bool {
+		c.readers.mu.Lock()
+		n := c.readers.waiting["doc"]
+		c.readers.mu.Unlock()
+		reads, _ := tries.tries(len(servers))
+		return n == readers && reads >= 2*readers
+	}) {
+		t.Fatal("timed out waiting for: every reader waiting, and as many tries as two each")
+	}
 	_ = w1.Release(context.Background())
 	wg.Wait()
 	got := <-w2At
@@ -198,7 +226,7 @@ func startReader(t *testing.T, wg *sync.WaitGroup, c *Client, key string, order 
 		log.mu.Lock()
 		log.at = append(log.at, order.Add(1))
 		log.mu.Unlock()
-		time.Sleep(hold)
+		time.Sleep(hold) // its read: a workload's duration
 		_ = l.Release(context.Background())
 	})
 }
