@@ -57,7 +57,7 @@ func misconfigured(t *testing.T, urls []string, opt Options, acquire AcquireOpti
 	}) {
 		t.Fatal("timed out waiting for: last_error and log on every node")
 	}
-	time.Sleep(3 * opt.HealthInterval)
+	waitChecks(t, c, 3) // more failed checks: still one line per node
 	if n := logs.FilterMessage("redis node unusable").Len(); n != len(urls) {
 		t.Errorf("logged %d times, want once per node (%d): %v", n, len(urls), logs.All())
 	}

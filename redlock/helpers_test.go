@@ -142,6 +142,32 @@ func watching(c *Client, key string) bool {
 	}
 }
 
+// waitChecks waits until the client's health checks ran n more times on every node
+// (each node's LastCheck moved n times): a test that must see checks go by without an
+// effect (one event or one log line per transition, not per check) waits for them. A
+// poll may miss a check between two polls: it then waits for one more, never less.
+func waitChecks(t testing.TB, c *Client, n int) {
+	t.Helper()
+	nodes := c.Status().Nodes
+	last, seen := make([]time.Time, len(nodes)), make([]int, len(nodes))
+	for i, s := range nodes {
+		last[i] = s.LastCheck
+	}
+	if !eventually(10*time.Second, func() bool {
+		done := true
+		for i, s := range c.Status().Nodes {
+			if !s.LastCheck.Equal(last[i]) {
+				seen[i]++
+				last[i] = s.LastCheck
+			}
+			done = done && seen[i] >= n
+		}
+		return done
+	}) {
+		t.Fatalf("health checks seen per node: %v, want %d more each", seen, n)
+	}
+}
+
 // tryCounter counts the acquire tries a client sends to each node, through a go-redis
 // hook on its connections (Options.ClientBuilder): a barrier for tests that release a key
 // only once its waiters tried. A waiter that finds the key taken tries once, subscribes

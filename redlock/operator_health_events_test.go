@@ -64,7 +64,7 @@ func TestHealthObserverTransitions(t *testing.T) {
 	if !eventually(3*time.Second, func() bool { return slices.Contains(rec.snapshot(), "down "+addr) }) {
 		t.Fatal("timed out waiting for: node reported down")
 	}
-	time.Sleep(10 * opt.HealthInterval) // more failed checks: still one event
+	waitChecks(t, c, 3) // more failed checks: still one event
 	if err := servers[0].Resume(); err != nil {
 		t.Fatal(err)
 	}
@@ -83,7 +83,7 @@ func TestHealthObserverTransitions(t *testing.T) {
 	}) {
 		t.Fatal("timed out waiting for: node reported quarantined")
 	}
-	time.Sleep(10 * opt.HealthInterval)
+	waitChecks(t, c, 3) // more checks: still one event
 	n := 0
 	for _, e := range rec.snapshot() {
 		if e == "quarantined restart "+addr1 {

@@ -91,7 +91,7 @@ func TestYoungNodeHoldBackCoversOtherClientsTTL(t *testing.T) {
 	a := newTestClient(t, servers, optA)
 	// Let the nodes age past A's quarantine and apart from node 0's coming restart, so
 	// that node 0 alone will be young (not a fresh start).
-	time.Sleep(optA.TTL + startedTogether + time.Second)
+	time.Sleep(optA.TTL + startedTogether + time.Second) // the nodes' age (uptime): a duration under test
 	la := holdThenRestartNode0(t, a, servers)
 	optB := fastOptions()
 	optB.TTL = 500 * time.Millisecond
@@ -152,7 +152,8 @@ func TestBoundReadingsAreSane(t *testing.T) {
 			a := newTestClient(t, servers, opt)
 			b := newTestClient(t, servers, opt)
 			waitRunIDs(t, b)
-			time.Sleep(3 * opt.HealthInterval) // a few health checks: announcements and readings
+			waitChecks(t, a, 3) // a few health checks: A's announcements
+			waitChecks(t, b, 3) // and B's readings
 			if got := b.bound(); got != tc.want {
 				t.Fatalf("bound %v, want %v", got, tc.want)
 			}
