@@ -119,7 +119,10 @@ func TestBusyThenAcquired(t *testing.T) {
 		}
 		got <- err
 	}()
-	time.Sleep(50 * time.Millisecond) // let b's first tries find the key busy
+	// b's first try finds the key busy: b then waits for its release notice.
+	if !eventually(3*time.Second, func() bool { return watching(b, "contended") }) {
+		t.Fatal("timed out waiting for: b waits for a release notice")
+	}
 	if err := l.Release(context.Background()); err != nil {
 		t.Fatal(err)
 	}

@@ -145,7 +145,10 @@ func TestSharedWaitingWriterKeepsNewReadersOut(t *testing.T) {
 		}
 		readerDone <- err
 	}()
-	time.Sleep(50 * time.Millisecond)
+	// The late reader refused (by the writer's mark) and waiting for a release notice.
+	if !eventually(3*time.Second, func() bool { return watching(late, "doc") }) {
+		t.Fatal("timed out waiting for: the late reader waits for a release notice")
+	}
 	if err := r1.Release(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -154,7 +157,7 @@ func TestSharedWaitingWriterKeepsNewReadersOut(t *testing.T) {
 		t.FailNow()
 	}
 	writerAt = order.Add(1)
-	time.Sleep(20 * time.Millisecond)
+	time.Sleep(20 * time.Millisecond) // the writer's hold: the late reader may not come in meanwhile
 	if err := w.Release(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -181,6 +184,7 @@ func TestSharedReaderEntriesExpireOnTheirOwn(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = mustAcquire(t, b, "doc", read) // crashed: never renewed nor released
+	// Past the crashed reader's ttl (600ms): a lapse under test.
 	time.Sleep(1500 * time.Millisecond)
 	if kept.err() != nil {
 		t.Fatalf("kept-alive reader lost: %v", kept.err())
@@ -305,13 +309,13 @@ func TestSharedMutualExclusion(t *testing.T) {
 						if writers.Load() != 0 {
 							t.Errorf("a reader entered while a writer holds the key")
 						}
-						time.Sleep(3 * time.Millisecond)
+						time.Sleep(3 * time.Millisecond) // the read: a workload's duration
 						readers.Add(-1)
 					} else {
 						if n := writers.Add(1); n != 1 || readers.Load() != 0 {
 							t.Errorf("a writer entered with %d writers and %d readers inside", n, readers.Load())
 						}
-						time.Sleep(time.Millisecond)
+						time.Sleep(time.Millisecond) // the write: a workload's duration
 						writers.Add(-1)
 					}
 					if err := l.Release(context.Background()); err != nil {
@@ -347,7 +351,7 @@ func TestSharedReadersOfOneClientShareTheEntry(t *testing.T) {
 	if err := r1.Release(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(fastOptions().TTL + 200*time.Millisecond) // past r1's validity: r2 renews the entry
+	time.Sleep(fastOptions().TTL + 200*time.Millisecond) // past r1's validity (a lapse under test): r2 renews the entry
 	if r2.err() != nil {
 		t.Fatalf("the joiner lost the key after the first reader left: %v", r2.err())
 	}
