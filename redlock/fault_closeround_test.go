@@ -103,10 +103,14 @@ func TestCloseDuringWinningRoundKeepsTheLock(t *testing.T) {
 		l, err := c.Acquire(ctx, "closing-win", AcquireOptions{})
 		done <- result{l, err}
 	}()
-	time.Sleep(100 * time.Millisecond)
+	if !eventually(3*time.Second, func() bool { _, ok := rawGet(t, servers[0], "closing-win"); return ok }) {
+		t.Fatal("timed out waiting for: node 0 grants the round (node 2 silent)")
+	}
 	closed := make(chan error, 1)
 	go func() { closed <- c.Close() }() // no lock held; waits for the release to node 1
-	time.Sleep(100 * time.Millisecond)
+	if !eventually(3*time.Second, c.closed.Load) {
+		t.Fatal("timed out waiting for: Close to begin")
+	}
 	if err := servers[2].Resume(); err != nil { // node 2 grants: a quorum of 2
 		t.Fatal(err)
 	}
@@ -181,7 +185,7 @@ func TestCloseRacingAcquireLeavesNothing(t *testing.T) {
 			}
 			done <- err
 		}()
-		time.Sleep(time.Duration(mrand.N(300)) * time.Microsecond)
+		time.Sleep(time.Duration(mrand.N(300)) * time.Microsecond) // a random moment: the race under test
 		_ = c.Close()
 		err = <-done
 		switch {
