@@ -61,7 +61,7 @@ func exerciseFeatures(t *testing.T, urls []string, opt Options) {
 		}
 		got <- err
 	}()
-	time.Sleep(time.Second) // longer than the ttl: renewals keep the lock
+	time.Sleep(time.Second) // longer than the ttl (a lapse under test): renewals keep the lock
 	select {
 	case err := <-got:
 		t.Fatalf("the waiter got the key while it was held and renewed: %v", err)

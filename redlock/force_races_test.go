@@ -25,7 +25,7 @@ func TestForceReleaseRacingAcquire(t *testing.T) {
 		)
 		wg.Go(func() { l, _ = c.Acquire(ctx, "forced", AcquireOptions{}) })
 		wg.Go(func() {
-			time.Sleep(time.Duration(i%6) * 50 * time.Microsecond)
+			time.Sleep(time.Duration(i%6) * 50 * time.Microsecond) // a moment of the race: 0 to 250µs in turn
 			_, _ = c.ForceRelease(ctx, "forced")
 		})
 		wg.Wait()
@@ -64,7 +64,7 @@ func TestExtendRacingRelease(t *testing.T) {
 		var wg sync.WaitGroup
 		wg.Go(func() { _, _ = l.extend(ctx) })
 		wg.Go(func() {
-			time.Sleep(time.Duration(i%6) * 50 * time.Microsecond)
+			time.Sleep(time.Duration(i%6) * 50 * time.Microsecond) // a moment of the race: 0 to 250µs in turn
 			_ = l.Release(ctx)
 		})
 		wg.Wait()

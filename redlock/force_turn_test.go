@@ -97,7 +97,7 @@ func turnStress(t *testing.T, c *Client) {
 					handed.Add(1)
 				}
 				enter(l)
-				time.Sleep(time.Duration(rand.IntN(500)) * time.Microsecond)
+				time.Sleep(time.Duration(rand.IntN(500)) * time.Microsecond) // a random hold: the interleavings under test
 				exit(l)
 				switch rand.IntN(3) {
 				case 0:
@@ -107,7 +107,7 @@ func turnStress(t *testing.T, c *Client) {
 				case 1:
 					if !l.HandOver() {
 						// Release from elsewhere a little later, as the plugin may.
-						time.Sleep(time.Duration(rand.IntN(300)) * time.Microsecond)
+						time.Sleep(time.Duration(rand.IntN(300)) * time.Microsecond) // the moment of the race
 						_ = l.Release(context.Background())
 					}
 				default:
@@ -122,7 +122,7 @@ func turnStress(t *testing.T, c *Client) {
 		for time.Now().Before(deadline) {
 			_, _ = c.ForceRelease(context.Background(), keys[rand.IntN(len(keys))])
 			forced.Add(1)
-			time.Sleep(time.Duration(2+rand.IntN(8)) * time.Millisecond)
+			time.Sleep(time.Duration(2+rand.IntN(8)) * time.Millisecond) // the force releases' random pace
 		}
 		close(stop)
 	})

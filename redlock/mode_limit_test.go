@@ -33,7 +33,7 @@ func TestLimitHolders(t *testing.T) {
 					if n > 3 {
 						t.Errorf("%d holders of a key limited to 3", n)
 					}
-					time.Sleep(5 * time.Millisecond)
+					time.Sleep(5 * time.Millisecond) // the hold: a workload's duration
 					inside.Add(-1)
 					if err := l.Release(context.Background()); err != nil {
 						t.Errorf("release: %v", err)
@@ -118,7 +118,7 @@ func TestLimitLocalWaitersFIFO(t *testing.T) {
 			mu.Lock()
 			order = append(order, i)
 			mu.Unlock()
-			time.Sleep(20 * time.Millisecond)
+			time.Sleep(20 * time.Millisecond) // the hold: a workload's duration
 			_ = l.Release(context.Background())
 		})
 		// Arrive in order: the first takes the line's turn, the others queue behind it.

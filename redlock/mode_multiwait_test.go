@@ -46,7 +46,7 @@ func TestAcquireAllKeepsEarlierKeysWhileWaitingLong(t *testing.T) {
 		} else if !isBusy(err) {
 			t.Fatal(err)
 		}
-		time.Sleep(50 * time.Millisecond)
+		time.Sleep(50 * time.Millisecond) // the checks' pace over the 3 ttls under test
 	}
 	if err := busy.Release(ctx); err != nil {
 		t.Fatal(err)

@@ -49,7 +49,7 @@ func TestStressTwoClientsNodeTimeouts(t *testing.T) {
 				cur.Store(l)
 				curClient.Store(int32((w + i) % 2))
 				total.Add(1)
-				time.Sleep(10 * time.Millisecond) // the hold: a workload's duration, not a barrier
+				time.Sleep(10 * time.Millisecond) // the hold: a workload's duration
 				inside.Add(-1)
 				_ = l.Release(context.Background())
 			}
