@@ -168,6 +168,13 @@ func waitChecks(t testing.TB, c *Client, n int) {
 	}
 }
 
+// waitingReaders is how many readers of c contend for key in Redis (readGroups.wait).
+func waitingReaders(c *Client, key string) int {
+	c.readers.mu.Lock()
+	defer c.readers.mu.Unlock()
+	return c.readers.waiting[key]
+}
+
 // tryCounter counts the acquire tries a client sends to each node, through a go-redis
 // hook on its connections (Options.ClientBuilder): a barrier for tests that release a key
 // only once its waiters tried. A waiter that finds the key taken tries once, subscribes

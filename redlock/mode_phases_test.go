@@ -70,11 +70,8 @@ func TestSharedWriterWaitsOnlyForReadersInside(t *testing.T) {
 				time.Sleep(2 * time.Millisecond) // arrivals spread out: a workload's shape, not a barrier
 			}
 			if !eventually(3*time.Second, func() bool {
-				c.readers.mu.Lock()
-				n := c.readers.waiting["doc"]
-				c.readers.mu.Unlock()
 				reads, _ := tries.tries(len(servers))
-				return n == 5 && reads >= reads0+5
+				return waitingReaders(c, "doc") == 5 && reads >= reads0+5
 			}) {
 				t.Log("the late readers are not all waiting in Redis")
 			}
@@ -118,9 +115,7 @@ func TestSharedWaitingReadersAllWakeOnRelease(t *testing.T) {
 		})
 	}
 	if !eventually(3*time.Second, func() bool {
-		rc.readers.mu.Lock()
-		n := rc.readers.waiting["doc"]
-		rc.readers.mu.Unlock()
+		n := waitingReaders(rc, "doc")
 		rc.notices.mu.Lock()
 		nw := rc.notices.m[rc.names("doc").channel]
 		rc.notices.mu.Unlock()
@@ -186,11 +181,8 @@ func TestSharedWriterReleaseLetsWaitingReadersFirst(t *testing.T) {
 		t.Fatal("timed out waiting for: readers waiting")
 	}
 	if !eventually(3*time.Second, func() bool {
-		c.readers.mu.Lock()
-		n := c.readers.waiting["doc"]
-		c.readers.mu.Unlock()
 		reads, _ := tries.tries(len(servers))
-		return n == readers && reads >= 2*readers
+		return waitingReaders(c, "doc") == readers && reads >= 2*readers
 	}) {
 		t.Fatal("timed out waiting for: every reader waiting, and as many tries as two each")
 	}

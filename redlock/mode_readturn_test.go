@@ -192,11 +192,7 @@ func TestSharedReadersGoBeforeOtherClientsWriter(t *testing.T) {
 		}
 		w2At := make(chan int32, 1)
 		w2Waited := make(chan time.Duration, 1)
-		if !eventually(3*time.Second, func() bool {
-			rb.readers.mu.Lock()
-			defer rb.readers.mu.Unlock()
-			return rb.readers.waiting["doc"] == readers
-		}) {
+		if !eventually(3*time.Second, func() bool { return waitingReaders(rb, "doc") == readers }) {
 			t.Fatal("timed out waiting for: readers waiting")
 		}
 		go func() {
