@@ -64,7 +64,7 @@ func TestFencingCounterExpiresAndTokensStayOrdered(t *testing.T) {
 			t.Fatalf("counter on %s: pttl %v, want (0, %v]", s.Addr(), pttl, e)
 		}
 	}
-	eventually(t, "the counter expired on every node", func() bool {
+	if !eventually(3*time.Second, func() bool {
 		for _, s := range servers {
 			rc := redis.NewClient(&redis.Options{Addr: s.Addr()})
 			n, err := rc.Exists(ctx, counter).Result()
@@ -74,7 +74,9 @@ func TestFencingCounterExpiresAndTokensStayOrdered(t *testing.T) {
 			}
 		}
 		return true
-	})
+	}) {
+		t.Fatal("timed out waiting for: the counter expired on every node")
+	}
 
 	late := newTestClient(t, servers, opt)
 	late.clockSkew = -(lead - time.Millisecond) // proposals a lead behind: still taken

@@ -9,13 +9,14 @@
 //	_ = servers[0].Resume()                  // SIGCONT: it answers again
 //	_ = servers[1].Restart()                 // same port, empty dataset, new run_id
 //
-// Real deployments (tls.go, command.go):
+// Real deployments (tls.go, command.go, acl.go):
 //
 //	pki := redistest.NewPKI(t, "redis.test")  // CA, server and client certificates, made now
 //	tlsServers := redistest.StartN(t, 3, redistest.Options{TLS: pki, TLSAuthClients: true})
 //	_ = tlsServers[0].URL()                   // "rediss://127.0.0.1:PORT"
 //	_ = servers[0].SocketURL()                // "unix:///tmp/redistest-.../redis.sock"
 //	_, _ = servers[0].Command("ACL", "SETUSER", "u", "on", ">pw", "~p:*", "+get")
+//	_, _ = servers[0].Command(redistest.DocsACLSetUser(t, "u", "pw")...) // docs/connecting.md's user (acl.go)
 //
 // Without a testing.T (the caller must Stop every server):
 //
