@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/caddy-redlock/caddy-redlock/internal/childproc"
 	"github.com/caddy-redlock/caddy-redlock/internal/redistest"
 )
 
@@ -262,17 +263,11 @@ scrape_configs:
 	cmd := exec.Command(bin, "--config.file="+cfgFile, "--storage.tsdb.path="+filepath.Join(dir, "data"),
 		fmt.Sprintf("--web.listen-address=127.0.0.1:%d", port), "--log.level=warn")
 	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
+	exited, err := childproc.Fork(cmd, func(error) { logf.Close() }) // dies with the test binary
+	if err != nil {
 		logf.Close()
 		t.Fatalf("starting prometheus: %v", err)
 	}
-	exited := make(chan struct{})
-	go func() {
-		defer close(exited)
-		_ = cmd.Wait()
-		logf.Close()
-	}()
 	t.Cleanup(func() {
 		_ = cmd.Process.Signal(syscall.SIGTERM)
 		select {

@@ -30,6 +30,7 @@ import (
 	_ "github.com/caddyserver/caddy/v2/modules/logging"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/caddy-redlock/caddy-redlock/internal/childproc"
 	"github.com/caddy-redlock/caddy-redlock/internal/redistest"
 	"github.com/caddy-redlock/caddy-redlock/internal/testwait"
 	"github.com/caddy-redlock/caddy-redlock/redlock"
@@ -269,20 +270,16 @@ func startCaddyProc(t *testing.T, body string, env ...string) *caddyProc {
 	p.cmd = exec.Command(caddyBinary(t), "run", "--config", file, "--adapter", "caddyfile")
 	p.cmd.Stdout, p.cmd.Stderr = outf, errf
 	p.cmd.Env = append(append(os.Environ(), "XDG_CONFIG_HOME="+dir, "XDG_DATA_HOME="+dir), env...)
-	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // dies with the test binary
-	if err := p.cmd.Start(); err != nil {
+	exited, err := childproc.Fork(p.cmd, func(error) { // dies with the test binary
+		outf.Close()
+		errf.Close()
+	})
+	if err != nil {
 		outf.Close()
 		errf.Close()
 		t.Fatal(err)
 	}
-	exited := make(chan struct{})
 	p.exited = exited
-	go func() {
-		defer close(exited)
-		_ = p.cmd.Wait()
-		outf.Close()
-		errf.Close()
-	}()
 	t.Cleanup(func() {
 		_ = p.cmd.Process.Signal(syscall.SIGTERM)
 		select {
