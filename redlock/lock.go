@@ -351,8 +351,9 @@ func (l *Lock) HandOver() bool {
 }
 
 // endLocally ends the lock on this side once it is releasing and no renewal can run: it
-// stops the timers, closes Lost, and reports whether the lock was still held (not lost),
-// the condition for handing it on.
+// stops the timers, cancels the lock's Context with ErrReleased unless a loss already
+// did, and reports whether the lock was still held (not lost), the condition for handing
+// it on.
 func (l *Lock) endLocally() bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()

@@ -116,6 +116,6 @@ func TestExtendAfterTakeoverReportsLoss(t *testing.T) {
 	select {
 	case <-la.done.Done():
 	default:
-		t.Fatal("Lost() not closed after a definitive extend failure")
+		t.Fatal("Context not cancelled after a definitive extend failure")
 	}
 }
