@@ -97,7 +97,7 @@ func TestFencingCounterExpiresAndTokensStayOrdered(t *testing.T) {
 // own. With its own (two quarantines of 400ms) a counter would lapse long before the
 // tokens of the client with a 10s max_ttl (whose lead is 100ms, not 50) are overtaken by
 // the clocks, and a counter re-created then starts below them when node clocks differ
-// by more than that short expiry allows (doc.go, "Counter expiry").
+// by more than that short expiry allows (fencing.go, "Counter expiry").
 func TestCounterExpiryFollowsTheLargestBoundOnTheNode(t *testing.T) {
 	ctx := context.Background()
 	servers := redistest.StartN(t, 3)

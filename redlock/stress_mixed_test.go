@@ -58,7 +58,7 @@ type stressCounts struct {
 // with fencing on some workers, while nodes are paused past the node timeout (now and
 // then a majority, past the ttl, so locks are lost), restarted without their data, and
 // flushed (FLUSHALL: the data-marker rule quarantines them). The ledger
-// (stress_ledger_test.go) judges every mode's promise (doc.go) at every entry and exit
+// (stress_ledger_test.go) judges every mode's promise (docs/design.md indexes them) at every entry and exit
 // and every few milliseconds: exclusive excludes everyone of the key, readers exclude
 // writers, at most n limit holders and one per place, fencing tokens above those of the
 // holders before. A lost lock is fine; one still trusted while another holder is inside
