@@ -28,9 +28,10 @@ func (inflightCollector) Collect(ch chan<- prometheus.Metric) {
 	for e := range requests.m {
 		name := e.owner.label()
 		e.mu.Lock()
-		if isWaiting(e) {
+		switch {
+		case isWaiting(e):
 			waiting[name]++
-		} else {
+		case isHolding(e):
 			held[name]++
 		}
 		e.mu.Unlock()
