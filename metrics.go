@@ -7,7 +7,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/caddyserver/caddy/v2"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
@@ -229,7 +228,7 @@ func (o *observer) nodeCall(name, node, op string, rtt time.Duration, err error)
 	if !changed {
 		return
 	}
-	log := caddy.Log().Named("http.handlers.redlock")
+	log := pluginLog()
 	if !was {
 		// Node errors name the node and the failure (timeout, refused), never a value.
 		log.Warn("redis node not answering", zap.String("node", node), zap.String("op", op), zap.Error(err))

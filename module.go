@@ -142,10 +142,13 @@ type PathKey struct {
 	Keys []string `json:"keys,omitempty"`
 }
 
+// moduleID is the handler's module ID, also the logger name of the plugin's lines (logs.go).
+const moduleID = "http.handlers.redlock"
+
 // CaddyModule returns the Caddy module information.
 func (Handler) CaddyModule() caddy.ModuleInfo {
 	return caddy.ModuleInfo{
-		ID:  "http.handlers.redlock",
+		ID:  moduleID,
 		New: func() caddy.Module { return new(Handler) },
 	}
 }
