@@ -14,6 +14,11 @@ import (
 	"go.uber.org/zap"
 )
 
+// This file holds the admin module (admin.api.redlock) and its routes /redlock/locks,
+// /redlock/nodes and /redlock/keys (GET, and DELETE for a force release), with the JSON
+// they answer; /redlock/health is in health.go and `caddy redlock`, their client, in
+// command.go.
+
 func init() {
 	caddy.RegisterModule(AdminAPI{})
 }

@@ -19,6 +19,12 @@ import (
 	"github.com/caddy-redlock/caddy-redlock/redlock"
 )
 
+// This file holds a request's path through the handler: ServeHTTP renders its keys and
+// acquires them (requests.go tracks it meanwhile), serveLocked runs the handlers behind
+// with the locks held and watched (watchLock), finish ends them as endrule.go says
+// (hand over, release off the response path, or drain), and acquireFailed answers a
+// request whose locks could not be taken.
+
 // statusClientClosedRequest is what Caddy's reverse_proxy records when the client went
 // away; there is no standard code.
 const statusClientClosedRequest = 499

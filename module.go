@@ -19,6 +19,11 @@ import (
 	"github.com/caddy-redlock/caddy-redlock/redlock"
 )
 
+// This file holds the handler module (http.handlers.redlock): its JSON config
+// (Handler, PathKey), Provision and Cleanup, and resolve, the one home of the options'
+// defaults, ranges and cross-option rules, which turns a Handler into the settings a
+// request reads.
+
 func init() {
 	caddy.RegisterModule(Handler{})
 }
