@@ -70,6 +70,9 @@ func lockers() []*sharedLocker {
 // lockerLease is one handler's reference to a shared locker. The handler's config holds
 // one reference and every running request another, so that a reload that changes the
 // node set does not close the client under requests still waiting on the old handler.
+// It is a count of its own, not the pool's, because it must refuse a request once it
+// reached zero (hold), where the pool would build a new client (docs/development.md,
+// "Why a locker is counted twice").
 type lockerLease struct {
 	key    lockerKey
 	shared *sharedLocker
