@@ -35,6 +35,9 @@ func compile(sha, src string) (*lua.FunctionProto, error) {
 	if err != nil {
 		return nil, err
 	}
+	// A main chunk in Lua 5.1 is vararg without the compatibility table arg (lparser.c:
+	// VARARG_ISVARARG only); gopher-lua would build arg on every call.
+	p.IsVarArg &^= lua.VarArgNeedsArg
 	protos.Store(sha, p)
 	sources.Store(sha, src)
 	return p, nil
@@ -60,13 +63,13 @@ func (s *Server) newLua() *lua.LState {
 		return 1
 	}))
 	r.RawSetString("error_reply", L.NewFunction(func(L *lua.LState) int {
-		t := L.NewTable()
+		t := L.CreateTable(0, 1)
 		t.RawSetString("err", lua.LString(L.CheckString(1)))
 		L.Push(t)
 		return 1
 	}))
 	r.RawSetString("status_reply", L.NewFunction(func(L *lua.LState) int {
-		t := L.NewTable()
+		t := L.CreateTable(0, 1)
 		t.RawSetString("ok", lua.LString(L.CheckString(1)))
 		L.Push(t)
 		return 1
@@ -195,7 +198,7 @@ func (s *Server) luaCall(L *lua.LState, raise bool) int {
 }
 
 func (s *Server) luaErr(L *lua.LState, raise bool, msg string) int {
-	t := L.NewTable()
+	t := L.CreateTable(0, 1)
 	t.RawSetString("err", lua.LString(msg))
 	if raise {
 		L.Error(t, 1)
@@ -223,11 +226,11 @@ func toLua(L *lua.LState, r reply) lua.LValue {
 	case '$':
 		return lua.LString(r.s)
 	case '+':
-		t := L.NewTable()
+		t := L.CreateTable(0, 1)
 		t.RawSetString("ok", lua.LString(r.s))
 		return t
 	case '-':
-		t := L.NewTable()
+		t := L.CreateTable(0, 1)
 		t.RawSetString("err", lua.LString(r.s))
 		return t
 	}

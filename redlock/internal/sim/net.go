@@ -1,7 +1,6 @@
 package sim
 
 import (
-	"container/heap"
 	"context"
 	"io"
 	"net"
@@ -19,29 +18,69 @@ import (
 // until the heal, requests and replies lost with their connection, notices lost,
 // duplicated or late) and on the nodes (world.go).
 
-// event is one thing that happens at a simulated instant.
+// event is one thing that happens at a simulated instant. Events of one instant run in
+// a fixed order: the world's own (faults, their ends, restarts) first, in the order they
+// were scheduled, then the deliveries, by node, client and their order on that link. Two
+// deliveries that land at one instant from two clients, or from one client's sends to
+// two nodes, run in the same order whichever goroutine the Go scheduler ran first (a
+// single sequence number would number them in the scheduler's order).
 type event struct {
-	at  time.Time
-	seq uint64
-	fn  func()
+	at   time.Time
+	link int32  // -1: the world's; else node<<16 | client
+	seq  uint64 // the world's sequence, or the link's
+	fn   func()
 }
 
+func (e *event) before(o *event) bool {
+	if !e.at.Equal(o.at) {
+		return e.at.Before(o.at)
+	}
+	if e.link != o.link {
+		return e.link < o.link
+	}
+	return e.seq < o.seq
+}
+
+// eventQueue is a binary min-heap of events.
 type eventQueue []*event
 
-func (q eventQueue) Len() int { return len(q) }
-func (q eventQueue) Less(i, j int) bool {
-	if !q[i].at.Equal(q[j].at) {
-		return q[i].at.Before(q[j].at)
+func (q *eventQueue) push(e *event) {
+	*q = append(*q, e)
+	h := *q
+	for i := len(h) - 1; i > 0; {
+		p := (i - 1) / 2
+		if !h[i].before(h[p]) {
+			break
+		}
+		h[i], h[p] = h[p], h[i]
+		i = p
 	}
-	return q[i].seq < q[j].seq
 }
-func (q eventQueue) Swap(i, j int) { q[i], q[j] = q[j], q[i] }
-func (q *eventQueue) Push(x any)   { *q = append(*q, x.(*event)) }
-func (q *eventQueue) Pop() any {
-	old := *q
-	e := old[len(old)-1]
-	*q = old[:len(old)-1]
-	return e
+
+func (q *eventQueue) pop() *event {
+	h := *q
+	top := h[0]
+	n := len(h) - 1
+	h[0] = h[n]
+	h[n] = nil
+	h = h[:n]
+	for i := 0; ; {
+		l := 2*i + 1
+		if l >= n {
+			break
+		}
+		m := l
+		if r := l + 1; r < n && h[r].before(h[l]) {
+			m = r
+		}
+		if !h[m].before(h[i]) {
+			break
+		}
+		h[i], h[m] = h[m], h[i]
+		i = m
+	}
+	*q = h
+	return top
 }
 
 // loop runs the world's events until stop is closed. Every node command runs here.
@@ -74,9 +113,11 @@ func (w *World) loop(stop <-chan struct{}) {
 			}
 			continue
 		}
-		heap.Pop(&w.q)
+		w.q.pop()
 		w.mu.Unlock()
+		w.exec.Lock()
 		e.fn()
+		w.exec.Unlock()
 	}
 }
 
@@ -89,7 +130,17 @@ func (w *World) at(t time.Time, fn func()) {
 
 func (w *World) atLocked(t time.Time, fn func()) {
 	w.seq++
-	heap.Push(&w.q, &event{at: t, seq: w.seq, fn: fn})
+	w.push(&event{at: t, link: -1, seq: w.seq, fn: fn})
+}
+
+// onLink schedules fn at t as a delivery on link l (w.mu held).
+func (w *World) onLink(l *link, t time.Time, fn func()) {
+	l.seq++
+	w.push(&event{at: t, link: int32(l.ni)<<16 | int32(l.ci), seq: l.seq, fn: fn})
+}
+
+func (w *World) push(e *event) {
+	w.q.push(e)
 	select {
 	case w.wake <- struct{}{}:
 	default:
@@ -101,7 +152,7 @@ type conn struct {
 	w      *World
 	client int
 	node   *Node
-	id     int
+	id     int // its number among the link's connections
 	link   *link
 
 	mu        sync.Mutex
@@ -239,13 +290,15 @@ func (w *World) dial(ctx context.Context, ci int, n *Node) (net.Conn, error) {
 	}
 	c := &conn{w: w, client: ci, node: n, readable: make(chan struct{}, 1), setup: 2}
 	w.mu.Lock()
-	w.nconns++
-	c.id = w.nconns
 	c.link = w.links[ci][n.idx]
+	c.link.conns++
+	c.id = c.link.conns
 	_ = d
 	c.toNode = now
-	w.atLocked(now, func() { w.accept(c) })
 	w.mu.Unlock()
+	w.exec.Lock()
+	w.accept(c)
+	w.exec.Unlock()
 	w.stats.dials.Add(1)
 	return c, nil
 }

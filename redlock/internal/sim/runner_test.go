@@ -19,7 +19,9 @@ import (
 //	SIM_SKIP=a,b     leave these faults out (evict, flushall, ...: faults.go's names)
 //	SIM_BEYOND=1     faults past the stated assumptions: violations expected, counted
 //	SIM_COUNT=n      exactly n seeds, whatever the time (measurements)
-//	SIM_REPLAY=r     replay each failing seed r more times and report how often it fails again
+//	SIM_REPLAY=r     replay each failing seed r more times and report how often it fails again,
+//	                 and how often the replay ran the very same schedule (its fingerprint)
+//	SIM_REPLAY_ALL=1 replay every seed so, not only the failing ones (replay figures)
 //
 // Every violation prints its seed and the command that replays it; the last line is the
 // summary: SIM schedules=N violations=V ...
@@ -33,6 +35,8 @@ func TestSim(t *testing.T) {
 			cfg.Skip[strings.TrimSpace(k)] = true
 		}
 	}
+	replays, _ := strconv.Atoi(os.Getenv("SIM_REPLAY"))
+	cfg.Fingerprint = replays > 0 || os.Getenv("SIM_SEED") != ""
 	if s := os.Getenv("SIM_SEED"); s != "" {
 		seed, err := strconv.ParseUint(s, 10, 64)
 		if err != nil {
@@ -43,7 +47,7 @@ func TestSim(t *testing.T) {
 		for _, l := range res.Trace {
 			fmt.Println(l)
 		}
-		summary(t, []Result{res}, time.Duration(0), cfg, nil)
+		summary(t, []Result{res}, time.Duration(0), cfg, nil, fmt.Sprintf(" fingerprint=%016x equivalent=%016x", res.Fingerprint, res.Equivalent))
 		return
 	}
 	budget := 3 * time.Second
@@ -65,7 +69,7 @@ func TestSim(t *testing.T) {
 		}
 		first, step = first+i, k
 	}
-	replays, _ := strconv.Atoi(os.Getenv("SIM_REPLAY"))
+	replayAll := os.Getenv("SIM_REPLAY_ALL") != ""
 	count, _ := strconv.Atoi(os.Getenv("SIM_COUNT")) // exactly that many seeds (measurements)
 	if count > 0 {
 		budget = time.Duration(1<<63 - 1)
@@ -73,23 +77,40 @@ func TestSim(t *testing.T) {
 	start := time.Now()
 	var results []Result
 	again := map[uint64][2]int{}
+	var same [3]int // replays that ran the very same schedule, an equivalent one, all replays
 	for seed := first; time.Since(start) < budget && (count == 0 || len(results) < count); seed += step {
 		res := runSeed(t, seed, cfg)
 		results = append(results, res)
 		res.Nth = len(results)
 		report(t, res, cfg)
-		if len(res.Violations) > 0 && replays > 0 {
-			n := 0
+		if (len(res.Violations) > 0 || replayAll) && replays > 0 {
+			n, m, e := 0, 0, 0
 			for range replays {
-				if r := runSeed(t, seed, cfg); len(r.Violations) > 0 {
+				r := runSeed(t, seed, cfg)
+				if len(r.Violations) > 0 {
 					n++
 				}
+				if r.Fingerprint == res.Fingerprint {
+					m++
+				}
+				if r.Equivalent == res.Equivalent {
+					e++
+				}
 			}
-			again[seed] = [2]int{n, replays}
-			fmt.Printf("SIM replay seed=%d failed again %d of %d\n", seed, n, replays)
+			same[0] += m
+			same[1] += e
+			same[2] += replays
+			if len(res.Violations) > 0 {
+				again[seed] = [2]int{n, replays}
+				fmt.Printf("SIM replay seed=%d failed again %d of %d, the same schedule %d of %d, equivalent %d of %d\n", seed, n, replays, m, replays, e, replays)
+			}
 		}
 	}
-	summary(t, results, time.Since(start), cfg, again)
+	line := ""
+	if same[2] > 0 {
+		line = fmt.Sprintf(" replays_identical=%d/%d replays_equivalent=%d/%d", same[0], same[2], same[1], same[2])
+	}
+	summary(t, results, time.Since(start), cfg, again, line)
 }
 
 // report prints a schedule's violations, each with the command that replays it.
@@ -106,7 +127,7 @@ func report(t *testing.T, res Result, cfg Config) {
 	}
 }
 
-func summary(t *testing.T, results []Result, took time.Duration, cfg Config, again map[uint64][2]int) {
+func summary(t *testing.T, results []Result, took time.Duration, cfg Config, again map[uint64][2]int, more string) {
 	var viol, failed, ops, acq, cmds, stale, joins int64
 	kinds := map[string]int{}
 	var seeds []string
@@ -151,5 +172,5 @@ func summary(t *testing.T, results []Result, took time.Duration, cfg Config, aga
 	if replayed > 0 {
 		line += fmt.Sprintf(" replays_failing_again=%d/%d", repeated, replayed)
 	}
-	fmt.Println(line)
+	fmt.Println(line + more)
 }

@@ -34,6 +34,9 @@ type Config struct {
 	// Record keeps every command node 0 ran, in order (the conformance test replays them
 	// on a real redis-server).
 	Record bool
+	// Fingerprint hashes every command the nodes ran (Result.Fingerprint): replays
+	// compare them. It costs a few percent of a schedule's CPU.
+	Fingerprint bool
 }
 
 // DefaultConfig is what make sim runs: 5 nodes, 3 clients, 10 simulated seconds of
@@ -53,9 +56,14 @@ type Result struct {
 	Commands   int64 // commands the nodes ran
 	Faults     int
 	Stale      [2]int // fenced writes of paused holders: refused, accepted (nobody wrote since)
-	Trace      []string
-	Recorded   [][]string
-	Params     string
+	// Fingerprint is a hash of every command the nodes ran, in order, with its instant,
+	// node and connection: two runs of a seed agree on it when they ran the same
+	// schedule. Equivalent is the nodes' own (World.mixCmd): every node ran the same
+	// commands at the same instants, up to the names of random values.
+	Fingerprint, Equivalent uint64
+	Trace                   []string
+	Recorded                [][]string
+	Params                  string
 }
 
 // Run runs one schedule inside the calling synctest bubble (synctest.Test). It returns
@@ -63,9 +71,25 @@ type Result struct {
 func Run(seed uint64, cfg Config) Result {
 	w := newWorld(seed, cfg)
 	// The lock's random choices (retry jitter, a limited key's first place) drawn from
-	// the seed and the instant, as the links' (world.go): a replay makes the same ones.
+	// the seed, the instant and how many were drawn before at that instant, as the
+	// links' (world.go): a replay makes the same ones. The count tells apart the
+	// goroutines that draw at one instant: two waiters woken by one notice that both
+	// find the key busy retry at different instants, not at one where synctest would
+	// wake them in an order of its own (it shuffles timers that fire together).
 	pick := &link{seed: seed ^ 0xc4a4ce, ci: 99, ni: 99}
-	defer chance.Set(func(n uint64) uint64 { return pick.draw(time.Now(), n) % n })()
+	var pickMu sync.Mutex
+	var pickAt time.Time
+	var picks uint64
+	defer chance.Set(func(n uint64) uint64 {
+		pickMu.Lock()
+		defer pickMu.Unlock()
+		now := time.Now()
+		if !now.Equal(pickAt) {
+			pickAt, picks = now, 0
+		}
+		picks++
+		return pick.draw(now, n^picks<<32) % n
+	})()
 	if cfg.Trace {
 		w.trace = &tracer{}
 	}
@@ -87,44 +111,7 @@ func Run(seed uint64, cfg Config) Result {
 	}
 
 	clients := make([]*redlock.Client, cfg.Clients)
-	urls := make([]string, cfg.Nodes)
-	for i, n := range w.nodes {
-		urls[i] = "redis://" + n.addr
-	}
-	start := func(ci int) *redlock.Client {
-		opt := p.options(ci)
-		opt.ClientBuilder = func(o *redis.Options) (*redis.Client, error) {
-			var node *Node
-			for _, n := range w.nodes {
-				if n.addr == o.Addr {
-					node = n
-				}
-			}
-			if node == nil {
-				return nil, fmt.Errorf("sim: no node %q", o.Addr)
-			}
-			// No maintenance notifications (RESP3 only): their set-up resolves the host
-			// name through the process's resolver, whose state outlives a bubble.
-			o.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
-			// Small buffers: go-redis allocates them per connection, and the simulated
-			// commands are small (a big buffer per dial cost a tenth of the CPU).
-			o.ReadBufferSize, o.WriteBufferSize = 4096, 4096
-			o.PipelineReadBufferSize, o.PipelineWriteBufferSize = 4096, 4096
-			timeout := o.DialTimeout // as net.Dialer's Timeout: go-redis leaves it to the Dialer
-			o.Dialer = func(ctx context.Context, _, _ string) (net.Conn, error) {
-				ctx, cancel := context.WithTimeout(ctx, timeout)
-				defer cancel()
-				return w.dial(ctx, ci, node)
-			}
-			return redis.NewClient(o), nil
-		}
-		opt.Logger = slog.New(slog.DiscardHandler)
-		c, err := redlock.New(urls, opt)
-		if err != nil {
-			panic(err)
-		}
-		return c
-	}
+	start := func(ci int) *redlock.Client { return w.client(ci, p.options(ci)) }
 	if slices.ContainsFunc(plan, func(f fault) bool { return f.kind == fRestartLastSecond }) {
 		w.snapshots(w.t0.Add(cfg.Duration))
 	}
@@ -152,11 +139,74 @@ func Run(seed uint64, cfg Config) Result {
 	res.Joins = wl.joins.Load()
 	res.Commands = w.stats.requests.Load()
 	res.Stale = [2]int{g.staleRefused, g.staleAccepted}
+	res.Fingerprint, res.Equivalent = w.fingerprints()
 	if w.trace != nil {
 		res.Trace = w.trace.lines
 	}
 	res.Recorded = w.recorded
 	return res
+}
+
+// client makes client ci's redlock.Client on the world's nodes: go-redis dials through
+// the simulated network.
+func (w *World) client(ci int, opt redlock.Options) *redlock.Client {
+	urls := make([]string, len(w.nodes))
+	for i, n := range w.nodes {
+		urls[i] = "redis://" + n.addr
+	}
+	opt.ClientBuilder = func(o *redis.Options) (*redis.Client, error) {
+		var node *Node
+		for _, n := range w.nodes {
+			if n.addr == o.Addr {
+				node = n
+			}
+		}
+		if node == nil {
+			return nil, fmt.Errorf("sim: no node %q", o.Addr)
+		}
+		// No maintenance notifications (RESP3 only): their set-up resolves the host
+		// name through the process's resolver, whose state outlives a bubble.
+		o.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
+		// Small buffers: go-redis allocates them per connection, and the simulated
+		// commands are small (a big buffer per dial cost a tenth of the CPU).
+		o.ReadBufferSize, o.WriteBufferSize = 4096, 4096
+		o.PipelineReadBufferSize, o.PipelineWriteBufferSize = 4096, 4096
+		timeout := o.DialTimeout // as net.Dialer's Timeout: go-redis leaves it to the Dialer
+		o.Dialer = func(ctx context.Context, _, _ string) (net.Conn, error) {
+			ctx, cancel := context.WithTimeout(ctx, timeout)
+			defer cancel()
+			return w.dial(ctx, ci, node)
+		}
+		return redis.NewClient(o), nil
+	}
+	opt.Logger = slog.New(slog.DiscardHandler)
+	c, err := redlock.New(urls, opt)
+	if err != nil {
+		panic(err)
+	}
+	return c
+}
+
+// Warm teaches the process the scripts' digests, inside the calling synctest bubble: a
+// client on one simulated node connects (its first connection asks for them) and
+// closes. The digests are process-wide (transport/digest.go): without this the first
+// schedule a process runs sends its scripts by EVAL and later ones by EVALSHA, and a seed
+// replayed alone (SIM_SEED) would run another schedule than it ran among others. Every
+// schedule then starts with them known; restarts and SCRIPT FLUSH still send EVAL.
+func Warm() {
+	w := newWorld(0, Config{Nodes: 1, Clients: 1})
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		w.loop(stop)
+	}()
+	c := w.client(0, redlock.Options{TTL: time.Second, NodeTimeout: 50 * time.Millisecond, HealthInterval: time.Second})
+	time.Sleep(100 * time.Millisecond)
+	_ = c.Close()
+	time.Sleep(time.Second)
+	close(stop)
+	<-done
 }
 
 // checkIdle reads every node's keyspace (through the world loop): no lock name, reader

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -82,9 +83,12 @@ func (wl *workload) run(start func(ci int) *redlock.Client) {
 	}
 	var workers sync.WaitGroup
 	for ci := range n {
-		at := time.Duration(0)
-		if ci == n-1 {
-			at = wl.p.lateStart
+		// The clients start a few µs apart: their health checks (one a second from
+		// the start) then never fall at one instant, where synctest would run them in
+		// an order of its own (it shuffles timers that fire together).
+		at := time.Duration(ci) * 37 * time.Microsecond
+		if ci == n-1 && wl.p.lateStart > 0 {
+			at += wl.p.lateStart
 		}
 		workers.Go(func() {
 			time.Sleep(at)
@@ -285,7 +289,10 @@ func (wl *workload) joinUnderForce(ci int, who string, r role, first *holder, d 
 		})
 		// A few µs of CPU first, of a length drawn from the seed: in parallel (SIM_PROCS=2)
 		// the force release then starts a little before or after the join, on the CPU.
-		spin(d % 400000)
+		// On one CPU it changes nothing but the time to the next preemption.
+		if parallel {
+			spin(d % 400000)
+		}
 		asked := time.Now()
 		l, err := c.Acquire(context.Background(), first.key, redlock.AcquireOptions{Shared: true, Fencing: r.fence})
 		if err != nil {
@@ -307,6 +314,9 @@ func (wl *workload) joinUnderForce(ci int, who string, r role, first *holder, d 
 }
 
 var spinSink atomic.Int64
+
+// parallel: a schedule's goroutines may run at once (GOMAXPROCS > 1, SIM_PROCS).
+var parallel = runtime.GOMAXPROCS(0) > 1
 
 // spin burns about n/4 ns of CPU (the simulated clock does not move meanwhile).
 func spin(n int64) {

@@ -3,6 +3,7 @@ package sim
 import (
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -16,15 +17,17 @@ type World struct {
 	seed uint64
 	cfg  Config
 
-	mu     sync.Mutex
-	q      eventQueue
-	seq    uint64
-	wake   chan struct{}
-	nconns int
-	links  [][]*link // [client][node]
-	cuts   []cut     // partitions and client pauses: deliveries held until the end
-	t0     time.Time
-	wall0  int64 // µs
+	// exec is held while the nodes run anything: by the loop around each event, and
+	// by a connection's setup, which runs on the client's goroutine (toNode).
+	exec  sync.Mutex
+	mu    sync.Mutex
+	q     eventQueue
+	seq   uint64
+	wake  chan struct{}
+	links [][]*link // [client][node]
+	cuts  []cut     // partitions and client pauses: deliveries held until the end
+	t0    time.Time
+	wall0 int64 // µs
 
 	nodes []*Node
 	stats worldStats
@@ -32,6 +35,7 @@ type World struct {
 	last  atomic.Pointer[string]
 
 	recorded [][]string // node 0's commands (Config.Record)
+	fp       uint64     // the fingerprint of what the nodes ran, and when (replays)
 
 	onForce       func(client int, key string)
 	onForceLanded func(key string, client int)
@@ -57,6 +61,8 @@ type link struct {
 	slowTo  time.Time
 	slowBy  time.Duration
 	noticeP float64 // a release notice lost, duplicated or late
+	seq     uint64  // deliveries scheduled on the link (their order within an instant)
+	conns   int     // connections opened on the link (their numbers)
 }
 
 // cut is a partition of client from node (node -1: from every node, a process pause)
@@ -85,6 +91,8 @@ type Node struct {
 	backlog []pending
 	snaps   map[int]map[string]*value
 	runs    int
+	fp      uint64         // the node's fingerprint (mixCmd)
+	names   map[string]int // random values by order of first use here (mixCmd)
 }
 
 type pending struct {
@@ -101,11 +109,12 @@ func (n *Node) clockUS() int64 {
 }
 
 func newWorld(seed uint64, cfg Config) *World {
-	w := &World{seed: seed, cfg: cfg, wake: make(chan struct{}, 1), t0: time.Now()}
+	w := &World{seed: seed, cfg: cfg, wake: make(chan struct{}, 1), t0: time.Now(), fp: 0xcbf29ce484222325}
 	w.wall0 = w.t0.UnixMicro()
 	r := rand.New(rand.NewPCG(seed, 0x5eed))
 	for i := range cfg.Nodes {
-		n := &Node{w: w, idx: i, addr: fmt.Sprintf("n%d:6379", i), rate: 1, conns: map[*Session]*conn{}, snaps: map[int]map[string]*value{}}
+		n := &Node{w: w, idx: i, addr: fmt.Sprintf("n%d:6379", i), rate: 1, conns: map[*Session]*conn{}, snaps: map[int]map[string]*value{},
+			fp: 0xcbf29ce484222325}
 		n.srv = NewServer(n.addr, n.clockUS, w.runID(n))
 		n.srv.push = n.push
 		w.nodes = append(w.nodes, n)
@@ -178,37 +187,45 @@ func (w *World) sendAtLocked(ci, ni int, last time.Time) time.Time {
 // toNode sends a client's bytes to the node.
 func (w *World) toNode(c *conn, data []byte) {
 	w.mu.Lock()
-	defer w.mu.Unlock()
 	if c.dead {
+		w.mu.Unlock()
 		return
 	}
 	if c.setup > 0 {
-		// Connection setup takes no simulated time. go-redis holds PubSub.mu across a
-		// subscriber connection's setup, and a goroutine waiting on a mutex is not
-		// durably blocked: synctest's clock would stop while the setup waits for it. So
-		// the setup's commands run now, and a node that cannot answer now (down,
-		// paused, cut off) resets the connection at once instead of letting it time out.
+		// Connection setup takes no simulated time, and runs here, on the writer's
+		// goroutine, not as an event: go-redis holds PubSub.mu across a subscriber
+		// connection's setup, and a goroutine waiting on a mutex is not durably
+		// blocked, so neither synctest's clock nor the world's loop (which runs an
+		// event only once every goroutine is durably blocked) would move while the
+		// setup waited for them. So the setup's commands run now and their replies are
+		// there to read at once, and a node that cannot answer now (down, paused, cut
+		// off) resets the connection at once instead of letting it time out.
 		c.setup--
 		now := time.Now()
 		n := c.node
-		if n.down || n.paused || w.cutLocked(c.client, n.idx, now) {
-			c.dead = true
-			w.atLocked(now, func() { w.reset(c) })
-			return
-		}
+		ok := !n.down && !n.paused && !w.cutLocked(c.client, n.idx, now)
 		c.toNode = now
-		w.atLocked(now, func() { w.atNode(c, data) })
+		w.mu.Unlock()
+		w.exec.Lock()
+		defer w.exec.Unlock()
+		if ok && c.accepted && c.epoch == n.epoch && c.sess != nil && !c.sess.gone {
+			w.process(c, data)
+		} else {
+			w.reset(c)
+		}
 		return
 	}
+	defer w.mu.Unlock()
 	l := c.link
 	if l.loss > 0 && l.chance(time.Now(), 3) < l.loss {
 		c.dead = true // the request is lost, and so is the connection
 		w.stats.lostReq.Add(1)
+		w.mix(c.node, 1, uint64(time.Since(w.t0)), uint64(c.node.idx)<<32|uint64(c.client)<<16|uint64(c.id))
 		w.note("net", "c%d->n%d conn %d: request lost", c.client, c.node.idx, c.id)
 		return
 	}
 	c.toNode = w.sendAtLocked(c.client, c.node.idx, c.toNode)
-	w.atLocked(c.toNode, func() { w.atNode(c, data) })
+	w.onLink(c.link, c.toNode, func() { w.atNode(c, data) })
 }
 
 // fin tells the node that the client closed the connection.
@@ -216,7 +233,7 @@ func (w *World) fin(c *conn) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	c.toNode = w.sendAtLocked(c.client, c.node.idx, c.toNode)
-	w.atLocked(c.toNode, func() {
+	w.onLink(c.link, c.toNode, func() {
 		n := c.node
 		if c.sess != nil && c.epoch == n.epoch {
 			delete(n.conns, c.sess)
@@ -226,7 +243,7 @@ func (w *World) fin(c *conn) {
 	})
 }
 
-// accept opens the node's side of a connection (world loop).
+// accept opens the node's side of a connection (at its dial, under w.exec).
 func (w *World) accept(c *conn) {
 	n := c.node
 	w.mu.Lock()
@@ -272,7 +289,11 @@ func (w *World) process(c *conn, data []byte) {
 			break
 		}
 		c.in = c.in[used:]
+		canonical(args)
 		w.stats.requests.Add(1)
+		if w.cfg.Fingerprint {
+			w.mixCmd(c, args)
+		}
 		if w.trace != nil {
 			w.note("cmd", "n%d c%d conn %d: %s", c.node.idx, c.client, c.id, traceArgs(args))
 		}
@@ -294,6 +315,16 @@ func (w *World) process(c *conn, data []byte) {
 	}
 }
 
+// canonical puts the channels of a SUBSCRIBE or UNSUBSCRIBE of several in order. go-redis
+// re-subscribes a reconnected subscriber to the channels it knows in map order, and the
+// confirmations come back in the order asked: left alone, a replay would hear them in
+// another order. Their order means nothing to Redis.
+func canonical(args []string) {
+	if len(args) > 2 && (strings.EqualFold(args[0], "subscribe") || strings.EqualFold(args[0], "unsubscribe")) {
+		slices.Sort(args[1:])
+	}
+}
+
 // toClient sends the node's bytes to the client; reply says whether they answer a
 // request (which may be lost with its connection).
 func (w *World) toClient(c *conn, data []byte, extra time.Duration, reply bool) {
@@ -302,14 +333,10 @@ func (w *World) toClient(c *conn, data []byte, extra time.Duration, reply bool) 
 	if c.dead {
 		return
 	}
-	if reply && c.replied < 2 { // the setup's replies (toNode)
+	if reply && c.replied < 2 { // the setup's replies, there at once (toNode)
 		c.replied++
-		at := time.Now()
-		if at.Before(c.toCli) {
-			at = c.toCli
-		}
-		c.toCli = at
-		w.atLocked(at, func() { c.deliver(data) })
+		c.toCli = time.Now()
+		c.deliver(data)
 		return
 	}
 	if reply {
@@ -319,6 +346,7 @@ func (w *World) toClient(c *conn, data []byte, extra time.Duration, reply bool) 
 	if reply && l.loss > 0 && l.chance(time.Now(), 4) < l.loss {
 		c.dead = true // the command ran; its reply is lost, and so is the connection
 		w.stats.lostRep.Add(1)
+		w.mix(c.node, 2, uint64(time.Since(w.t0)), uint64(c.node.idx)<<32|uint64(c.client)<<16|uint64(c.id))
 		w.note("net", "n%d->c%d conn %d: reply lost", c.node.idx, c.client, c.id)
 		return
 	}
@@ -328,7 +356,7 @@ func (w *World) toClient(c *conn, data []byte, extra time.Duration, reply bool) 
 	at := w.sendAtLocked(c.client, c.node.idx, c.toCli)
 	at = at.Add(extra)
 	c.toCli = at
-	w.atLocked(at, func() { c.deliver(data) })
+	w.onLink(c.link, at, func() { c.deliver(data) })
 }
 
 func (c *conn) deliver(data []byte) {
@@ -349,22 +377,25 @@ func (w *World) reset(c *conn) {
 	}
 	c.epoch = -1
 	w.mu.Lock()
-	at := time.Now().Add(w.delayLocked(c.client, c.node.idx))
-	if c.replied < 2 {
-		at = time.Now() // a connection still in setup (toNode)
-	}
-	if at.Before(c.toCli) {
-		at = c.toCli
-	}
-	c.toCli = at
+	defer w.mu.Unlock()
 	c.dead = true
-	w.atLocked(at, func() {
+	eof := func() {
 		c.mu.Lock()
 		c.eof = true
 		c.mu.Unlock()
 		c.signal()
-	})
-	w.mu.Unlock()
+	}
+	if c.replied < 2 { // a connection still in setup: at once (toNode)
+		c.toCli = time.Now()
+		eof()
+		return
+	}
+	at := time.Now().Add(w.delayLocked(c.client, c.node.idx))
+	if at.Before(c.toCli) {
+		at = c.toCli
+	}
+	c.toCli = at
+	w.onLink(c.link, at, eof)
 }
 
 // push delivers a pub/sub message (a release notice) to a subscriber connection, with
@@ -410,11 +441,12 @@ func (w *World) dropConns(n *Node) {
 }
 
 func sortConns(cs []*conn) {
-	for i := 1; i < len(cs); i++ {
-		for j := i; j > 0 && cs[j].id < cs[j-1].id; j-- {
-			cs[j], cs[j-1] = cs[j-1], cs[j]
+	slices.SortFunc(cs, func(a, b *conn) int {
+		if a.client != b.client {
+			return a.client - b.client
 		}
-	}
+		return a.id - b.id
+	})
 }
 
 func traceArgs(args []string) string {
@@ -484,4 +516,84 @@ func (l *link) draw(t time.Time, what uint64) uint64 {
 // chance is draw as a number in [0, 1).
 func (l *link) chance(t time.Time, what uint64) float64 {
 	return float64(l.draw(t, what)>>11) / (1 << 53)
+}
+
+// mixCmd adds a command a node runs to the schedule's fingerprints: the instant, the
+// node, the client, the connection and the arguments. Two runs of a seed whose
+// fingerprints agree ran the same commands in the same order at the same instants
+// (SIM_REPLAY). The node's own fingerprint leaves out the order of commands on other
+// nodes and names the random values (lock values, client ids, markers: 26 characters of
+// crypto/rand's base32) by their order of first use on the node: two runs agree on it
+// when every node ran the same commands at the same instants, up to which of two
+// goroutines drew which random value at one instant.
+func (w *World) mixCmd(c *conn, args []string) {
+	at, who := uint64(time.Since(w.t0)), uint64(c.node.idx)<<32|uint64(c.client)<<16|uint64(c.id)
+	w.fp = fnv(w.fp, at, who)
+	n := c.node
+	n.fp = fnv(n.fp, at, who)
+	for _, a := range args {
+		w.fp = fnvString(w.fp, a)
+		n.fp = n.mixNamed(n.fp, a)
+	}
+}
+
+// mixNamed hashes a with its random names replaced by their numbers on the node.
+func (n *Node) mixNamed(h uint64, a string) uint64 {
+	run := 0
+	for i := 0; i <= len(a); i++ {
+		if i < len(a) && (a[i] >= 'A' && a[i] <= 'Z' || a[i] >= '2' && a[i] <= '7') {
+			run++
+			continue
+		}
+		if run == 26 {
+			name := a[i-26 : i]
+			k, ok := n.names[name]
+			if !ok {
+				if n.names == nil {
+					n.names = map[string]int{}
+				}
+				k = len(n.names)
+				n.names[name] = k
+			}
+			h = fnvString(h, a[:i-26])
+			h = fnv(h, uint64(k)|1<<40)
+			a, i = a[i:], 0
+		}
+		run = 0
+	}
+	return fnvString(h, a)
+}
+
+// mix adds numbers to the fingerprints (world loop), the node's too.
+func (w *World) mix(n *Node, xs ...uint64) {
+	if !w.cfg.Fingerprint {
+		return
+	}
+	w.fp = fnv(w.fp, xs...)
+	n.fp = fnv(n.fp, xs...)
+}
+
+func fnv(h uint64, xs ...uint64) uint64 {
+	for _, x := range xs {
+		h ^= x
+		h *= 0x100000001b3
+	}
+	return h
+}
+
+func fnvString(h uint64, s string) uint64 {
+	for i := 0; i < len(s); i++ {
+		h ^= uint64(s[i])
+		h *= 0x100000001b3
+	}
+	return fnv(h, uint64(len(s)))
+}
+
+// fingerprints returns the schedule's fingerprint and the nodes' (mixCmd).
+func (w *World) fingerprints() (strict, perNode uint64) {
+	perNode = 0xcbf29ce484222325
+	for _, n := range w.nodes {
+		perNode = fnv(perNode, n.fp)
+	}
+	return w.fp, perNode
 }

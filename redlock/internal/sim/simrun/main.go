@@ -139,6 +139,11 @@ func run() int {
 		n, totals["violations"], totals["failed_seeds"], workers, first, perMin,
 		totals["ops_per_schedule"]/float64(workers), totals["acquires_per_schedule"]/float64(workers),
 		totals["commands_per_schedule"]/float64(workers), totals["stale_writes_refused"], took.Round(time.Second))
+	if n > 0 && totals["cpu_seconds"] > 0 {
+		// CPU per schedule: what speed is measured by on a shared machine (wall time
+		// depends on the load).
+		line += fmt.Sprintf(" cpu_per_schedule=%.3fs", totals["cpu_seconds"]/n)
+	}
 	if firstAt > 0 {
 		line += fmt.Sprintf(" first_violation_after=%v(~%d_schedules)", firstAt.Round(time.Second), firstNth)
 	}
