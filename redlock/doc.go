@@ -25,7 +25,7 @@
 //	readgroup.go                 shared readers of one client sharing one entry
 //	fencing.go                   fencing tokens in one round trip
 //	voting.go, dataloss.go       which nodes vote (quarantineOf, a pure function); data-loss marker
-//	force.go                     force release and its bookkeeping
+//	force.go                     force release (read, then compare-and-delete); its bookkeeping
 //	operator.go                  Status and Inspect: what operators read
 //	node.go                      one node as the voting rule sees it: hello/observe (run_id,
 //	                             marker, bound), status; CheckNodeURL
@@ -423,4 +423,51 @@
 // again while the wait lasts (TestAcquireAllKeepsEarlierKeysWhileWaitingLong,
 // TestAcquireAllRetakesASetWhoseEarlierKeyWasLost). Its renewals stop when AcquireAll
 // returns; the caller's KeepAlive continues from the last renewal.
+//
+// # Force release
+//
+// ForceRelease (force.go) frees a key whoever holds it: an operator's override. Its race
+// with the holders it frees is inherent: its own client's are marked lost first (and a
+// lock that client takes while it forces is given up), another client's learns it at its
+// next renewal, and fencing guards the work meanwhile.
+//
+// Claim: a force release frees only what held the key on a node when it read that node,
+// so never a holder granted after ForceRelease returned, however late its commands reach
+// a node (held by a partition and retransmitted, read by a paused node when it resumes:
+// internal/transport/batcher.go). On each node it takes two steps: forceReadScript reads
+// what each of the key's names holds (the lock name's value, each place's, the readers'
+// entries, a waiting writer's mark, the readers' turn mark), and forceReleaseScript then
+// deletes exactly that, comparing as a release does. A reply that comes after the node
+// timeout is dropped, so a delete is sent only with what a read answered during the call;
+// a read or a delete that lands after the call gave up deletes at most what was read.
+// Every value a lock writes is its Acquire call's 130 random bits and the attempt's number,
+// and a reader's entry likewise, so a holder granted on that node after the read holds
+// another value there (another entry), which the delete leaves. The readers' lock name
+// holds sharedMarker, the one value that is not a holder's own: the delete removes the
+// entries it read and then gives the name the expiry of the entries left
+// (readersExpiryLua, as every reader script does), deleting it only when none is left, so
+// a later reader's entry keeps it. A holder granted on a node between the call and that
+// node's read is read and freed: it was being granted as the operator asked.
+// (TestForceDeleteFreesOnlyWhatItRead, TestLateForceDeleteSparesALaterHolder; the
+// simulation's ledger exempts no holder that asked after a force release returned.)
+//
+// Not covered: a later readers' turn or waiting writer's mark with the same value as one
+// read ("t", a turn's length, one Acquire call's prefix) may be ended by a late delete,
+// which costs ordering, never exclusion (Shared locks); and a key of another type under
+// the lock's name (Redisson's hash), which the commands of the ACL line
+// (docs/connecting.md) cannot read: the delete takes it if it is still of another type, so
+// a later holder of that kind may be freed, never one of ours nor a string Redlock
+// client's. A node whose read did not answer in time is left as it is (the operator sees
+// its error): a holder that lost a majority to the force learns it at its next renewal,
+// and its value there lapses with its ttl.
+//
+// Why not one step that the node refuses after a deadline on its own clock? The client
+// would have to map its timeout onto each node's clock: the offset a health check reads is
+// only as precise as that check's round trip (up to the node timeout under load), the
+// node's clock may drift or step (NTP, a VM resumed) between that reading and the delete,
+// and a delete that runs within the uncertainty still deletes whatever holds the key
+// then. The client would have to wait out the uncertainty before it reports, and the
+// guarantee would rest on clocks where compared values need none. The cost of two steps:
+// one more round trip per node, and a call bounded by two node timeouts instead of one
+// (a force release is rare).
 package redlock

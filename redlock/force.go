@@ -34,8 +34,11 @@ type ForceNode struct {
 }
 
 // ForceRelease deletes key on every node whoever holds it (an operator override) and
-// marks the locks this client holds on it as lost, so their holders stop. The error is
-// non-nil when a node did not confirm (the result says which); the rest is done anyway.
+// marks the locks this client holds on it as lost, so their holders stop. It frees what
+// held the key when it was called: on each node it reads what the key's names hold, then
+// deletes exactly that, so a delete that reaches a node late (a partition, a paused
+// node) never frees a holder that came after. The error is non-nil when a node did not
+// confirm (the result says which); the rest is done anyway.
 func (c *Client) ForceRelease(ctx context.Context, key string) (ForceResult, error) {
 	res := ForceResult{Key: key}
 	if err := validateKey(key); err != nil {
@@ -44,23 +47,19 @@ func (c *Client) ForceRelease(ctx context.Context, key string) (ForceResult, err
 	// No local handoff of this key while it is being forced: a lock handed on now would
 	// hold keys about to be deleted. The holder (a handoff done before is registered by
 	// then) is marked lost first. A waiter that then takes the key anew in Redis is not
-	// touched: its SETs came after our deletes or are deleted by them (the narrow race
-	// any operator override has; fencing guards it).
+	// touched: its SETs came after our reads, or were read and are deleted (the narrow
+	// race any operator override has; fencing guards it).
 	c.queues.beginForce(key)
 	defer c.queues.endForce(key)
 	held := c.holders(key)
 	for _, l := range held {
 		l.markLost(LostForceReleased)
 	}
-	nm := c.names(key)
-	forceKeys := []string{nm.lock, nm.writer, nm.readers, nm.turn}
-	for _, s := range c.slotNames(key, MaxLimit) {
-		forceKeys = append(forceKeys, s.lock)
-	}
+	nm, keys := c.forceKeys(key)
 	ctx = context.WithoutCancel(ctx)
 	res.Nodes = make([]ForceNode, len(c.nodes))
 	res.Deleted, _, _ = c.onAll(ctx, "force_release", 0, func(cctx context.Context, i int, nd *node) (bool, error) {
-		n, err := forceReleaseScript.Run(cctx, nd.tr, forceKeys, nm.channel).Int64()
+		n, err := c.forceNode(cctx, nd, keys, nm.channel)
 		res.Nodes[i] = ForceNode{Node: nd.addr, Deleted: n > 0, Err: err}
 		return n > 0, err
 	})
@@ -85,6 +84,71 @@ func (c *Client) ForceRelease(ctx context.Context, key string) (ForceResult, err
 		return res, fmt.Errorf("redlock: force release %q: %d node(s) failed: %w", key, len(res.Nodes)-res.Answered, errors.Join(errs...))
 	}
 	return res, nil
+}
+
+// forceKeys are the names a force release reads and deletes, in the scripts' order.
+func (c *Client) forceKeys(key string) (names, []string) {
+	nm := c.names(key)
+	keys := []string{nm.lock, nm.writer, nm.turn, nm.readers}
+	for _, s := range c.slotNames(key, MaxLimit) {
+		keys = append(keys, s.lock)
+	}
+	return nm, keys
+}
+
+// forceNode runs a force release's two steps on one node (scripts.go, doc.go "Force
+// release"): it reads what the key's names hold (bounded by ctx: node_timeout), then,
+// if anything, deletes exactly that, bounded by a node_timeout of its own. A read that
+// did not answer in time deletes nothing; a delete that lands after its timeout deletes
+// only what was read. It returns how many of the lock name and places it deleted.
+func (c *Client) forceNode(ctx context.Context, nd *node, keys []string, channel string) (int64, error) {
+	dkeys, argv, err := forceRead(ctx, nd, keys, channel)
+	if err != nil || dkeys == nil {
+		return 0, err
+	}
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.opt.NodeTimeout)
+	defer cancel()
+	return forceReleaseScript.Run(dctx, nd.tr, dkeys, argv...).Int64()
+}
+
+// forceRead is a force release's first step on one node: what to delete there
+// (forceDeletes), nil when the node holds nothing of the key.
+func forceRead(ctx context.Context, nd *node, keys []string, channel string) ([]string, []any, error) {
+	reply, err := forceReadScript.Run(ctx, nd.tr, keys).Slice()
+	if err != nil {
+		return nil, nil, err
+	}
+	return forceDeletes(reply, keys, channel)
+}
+
+// forceDeletes turns forceReadScript's reply into forceReleaseScript's keys and
+// arguments: the key's four names, the places read as held, and what each held. Both
+// are nil when the node held nothing of the key.
+func forceDeletes(reply []any, keys []string, channel string) ([]string, []any, error) {
+	bad := fmt.Errorf("redlock: force release read an unexpected reply %v", reply)
+	if len(reply) < 4 {
+		return nil, nil, bad
+	}
+	r, ok := reply[3].(int64)
+	if !ok || r < 0 || int64(len(reply)) < 4+r || (len(reply)-4-int(r))%2 != 0 {
+		return nil, nil, bad
+	}
+	dkeys := append([]string(nil), keys[:4]...)
+	argv := []any{channel, reply[0], reply[1], reply[2], r}
+	argv = append(argv, reply[4:4+r]...)
+	places := reply[4+r:]
+	for j := 0; j < len(places); j += 2 {
+		p, ok := places[j].(int64)
+		if !ok || p < 1 || int(p) > len(keys)-4 {
+			return nil, nil, bad
+		}
+		dkeys = append(dkeys, keys[3+p])
+		argv = append(argv, places[j+1])
+	}
+	if reply[0] == "" && reply[1] == "" && reply[2] == "" && len(places) == 0 {
+		return nil, nil, nil // nothing to delete (no entries without the lock name's marker)
+	}
+	return dkeys, argv, nil
 }
 
 // forceBook is the force releases' bookkeeping, kept in queues (under queues.mu) because

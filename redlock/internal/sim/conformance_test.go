@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"sort"
 	"strconv"
 	"strings"
 	"testing"
@@ -102,7 +103,7 @@ func TestConformance(t *testing.T) {
 // scriptNames are what scriptOf calls the client's scripts and commands; each must be
 // replayed at least once.
 var scriptNames = []string{"acquire", "shared acquire", "shared release", "renewal", "release",
-	"force release", "announce", "digests", "probe", "fencing commit", "re-take", "INFO", "GET", "PTTL", "ZCARD"}
+	"force read", "force release", "announce", "digests", "probe", "fencing commit", "re-take", "INFO", "GET", "PTTL", "ZCARD"}
 
 // scriptOf names a recorded command by its script's first line.
 func scriptOf(args []string) string {
@@ -132,7 +133,8 @@ var scriptMarks = map[string]*regexp.Regexp{
 	"shared release": regexp.MustCompile(`^\s*if redis.pcall\('ZREM'`),
 	"renewal":        regexp.MustCompile(`^\s*local n = #ARGV / 3`),
 	"release":        regexp.MustCompile(`^\s*if redis.pcall\('GET', KEYS\[1\]\) == ARGV\[1\] then\n  redis.call\('DEL'`),
-	"force release":  regexp.MustCompile(`^\s*local n = redis.call\('DEL', KEYS\[1\]\)`),
+	"force read":     regexp.MustCompile(`^\s*local function held\(k\)[\s\S]*\nlocal out = `),
+	"force release":  regexp.MustCompile(`^\s*local function held\(k\)[\s\S]*\nlocal function gone\(`),
 	"announce":       regexp.MustCompile(`^\s*local cur = redis.pcall\('GET', KEYS\[1\]\)\ncur = `),
 	"digests":        regexp.MustCompile(`redis.sha1hex`),
 	"probe":          regexp.MustCompile(`^\s*local bad = \{\}`),
@@ -149,7 +151,8 @@ func keysOf(m map[string]bool) []string {
 }
 
 // extraCommands are commands the client sends that a schedule may not: Inspect's reads,
-// a commit and a re-take by hand (the scripts' texts come from the schedule's EVALs).
+// a commit, a re-take and a force release by hand (the scripts' texts come from the
+// schedule's EVALs).
 func extraCommands() [][]string {
 	src := func(name string) string {
 		var out string
@@ -182,6 +185,17 @@ func extraCommands() [][]string {
 		out = append(out, []string{"zadd", "x:z", "1", "m"})
 		out = append(out, []string{"eval", s, "1", "x:z", "v", "1000", "0"}) // WRONGTYPE under pcall: someone else's
 	}
+	// A force release of a key of another type under the lock's name ("x": WRONGTYPE).
+	fk := []string{"x:f", "x:f\x00writer", "x:f\x00readturn", "x:f\x00readers"}
+	out = append(out, []string{"zadd", "x:f", "1", "m"})
+	if s := src("force read"); s != "" {
+		out = append(out, append([]string{"eval", s, "4"}, fk...))
+	}
+	if s := src("force release"); s != "" {
+		out = append(out, append(append([]string{"eval", s, "4"}, fk...), "x:f\x00released", "sx", "", "", "0"))
+		out = append(out, append(append([]string{"eval", s, "4"}, fk...), "x:f\x00released", "x", "", "", "0"))
+		out = append(out, []string{"zcard", "x:f"})
+	}
 	return out
 }
 
@@ -203,7 +217,22 @@ func agree(args []string, real, got reply, slack time.Duration) string {
 	if cmd == "TIME" {
 		return agreeTime(real, got, slack)
 	}
+	if scriptOf(args) == "force read" {
+		sortEntries(real)
+		sortEntries(got)
+	}
 	return agreeValue(real, got, slack)
+}
+
+// sortEntries puts the reader entries of a force release's read ({lock, mark, turn, n,
+// n entries, places...}) in one order: ZRANGE orders them by expiry, which each side
+// reads from its own clock, so two entries a millisecond apart may come in either order.
+func sortEntries(r reply) {
+	if r.kind != '*' || len(r.arr) < 4 || r.arr[3].kind != ':' || int64(len(r.arr)) < 4+r.arr[3].i {
+		return
+	}
+	e := r.arr[4 : 4+r.arr[3].i]
+	sort.Slice(e, func(i, j int) bool { return e[i].s < e[j].s })
 }
 
 func agreeValue(real, got reply, slack time.Duration) string {
