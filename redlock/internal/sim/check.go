@@ -86,21 +86,21 @@ type keyLedger struct {
 	landed []forceLanding
 }
 
-// forceLanding is a force release's delete running on a node: it frees whatever holds
-// the key then, also when it arrives late (held by a partition) after its call returned.
+// forceLanding is a force release's compare-and-delete running on a node, in time or
+// late (held by a partition, read by a paused node when it resumes): it deletes what
+// the force read during its call, if still there.
 type forceLanding struct {
-	client  int
-	at      time.Time
-	running bool // the forcing client's ForceRelease call was still under way
+	client int
+	at     time.Time
 }
 
 // forceWindow is one force release of a key by a client, from its call until it
-// returned. A force release frees the key under every holder: the forcing client marks
-// its own holders lost, while another client's holder learns it at its next renewal (the
-// narrow race any operator override has, which fencing guards: doc.go, force.go). So a
-// holder that was inside, or whose winning round may have been out, when one of the
-// force's deletes ran is exempt from the overlap checks (forced; its tokens are still
-// checked), unless it is the forcing client's own and the call was still under way.
+// returned. A force release frees the holders it read (during its call): the forcing
+// client marks its own holders lost, while another client's holder learns it at its
+// next renewal (the narrow race any operator override has, which fencing guards: doc.go,
+// force.go). So another client's holder that the force may have read, and that was
+// inside (or whose winning round may have been out) when one of its deletes ran, is
+// exempt from the overlap checks (forced; its tokens are still checked).
 type forceWindow struct {
 	client     int
 	start, end time.Time
@@ -277,35 +277,54 @@ func (g *ledger) exit(h *holder) {
 	}
 }
 
-// forced reports whether h was freed under its feet by a force release: another
-// client's (during its call, or when one of its deletes ran), or a delete of its own
-// client's that ran after that call returned (a late delivery). A holder of the forcing
-// client while its call runs is not exempt: the client must have marked it lost.
+// forced reports whether h may have been freed under its feet by a force release:
+// another client's, whose reads may have seen h's values (the call was under way at or
+// after h asked: its reads run during the call, and its deletes, however late they
+// land, delete only the values read), and one of whose deletes ran while h was inside or
+// while its winning round may have been out (for a set, since it asked). A holder of the
+// forcing client is never exempt: the client marks its holders lost and gives up locks
+// taken while it forces (force.go). A handed lock or a joiner (no round of its own:
+// Attempts 0) holds values an earlier holder of its client took, when the ledger does not
+// know: any delete of another client's force that ran while it was inside may have freed
+// it.
 func (g *ledger) forced(kl *keyLedger, h *holder, slack time.Duration) bool {
 	entered := h.entered
 	if entered.IsZero() {
 		entered = time.Now()
 	}
+	from := entered.Add(-slack) // a delete before h's winning round freed nothing of h
+	if h.set {
+		from = h.asked // AcquireAll took its first keys long before it returned
+	}
 	for _, l := range kl.landed {
-		// The delete ran while h was inside, or while its winning round may have been
-		// out (a round ends within slack): h's grants may be among what it deleted.
-		if !l.at.Before(h.asked) && !l.at.Before(entered.Add(-slack)) && (l.client != h.client || !l.running) {
+		if l.client == h.client || l.at.Before(h.asked) || l.at.Before(from) {
+			continue
+		}
+		// A lock with rounds of its own holds values written after it asked.
+		if kl.underWay(l, h.asked) || h.l.Info().Attempts == 0 {
 			return true
 		}
 	}
 	return false
 }
 
-// forceLanded notes a force release's delete running on a node.
+// underWay reports whether a force release of the key by l's client that began by l's
+// landing was still under way at t: its reads may have seen values written from t on.
+func (kl *keyLedger) underWay(l forceLanding, t time.Time) bool {
+	for _, f := range kl.forces {
+		if f.client == l.client && !f.start.After(l.at) && (f.end.IsZero() || !f.end.Before(t)) {
+			return true
+		}
+	}
+	return false
+}
+
+// forceLanded notes a force release's compare-and-delete running on a node.
 func (g *ledger) forceLanded(key string, client int) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	kl := g.key(key)
-	running := false
-	for _, f := range kl.forces {
-		running = running || f.client == client && f.end.IsZero()
-	}
-	kl.landed = append(kl.landed, forceLanding{client: client, at: time.Now(), running: running})
+	kl.landed = append(kl.landed, forceLanding{client: client, at: time.Now()})
 }
 
 // forceBegins and forceEnds bracket a client's ForceRelease of key.
