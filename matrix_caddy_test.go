@@ -15,13 +15,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/caddy-redlock/caddy-redlock/internal/childproc"
 )
 
 // reply is what a client saw.
@@ -132,7 +133,7 @@ type cellCaddy struct {
 	grace      string
 	log        string
 	cmd        *exec.Cmd
-	exited     chan struct{}
+	exited     <-chan struct{}
 }
 
 // caddyfile is a cell's whole Caddyfile: h2c on (the h2reset column), logs to the
@@ -177,7 +178,7 @@ func startCellCaddy(t *testing.T, grace, body string) *cellCaddy {
 // launchCellCaddy is one try of startCellCaddy.
 func launchCellCaddy(t *testing.T, dir string, attempt int, grace, body string) (*cellCaddy, error) {
 	p := &cellCaddy{port: matrixPort(t), adminPort: matrixPort(t), grace: grace,
-		log: filepath.Join(dir, fmt.Sprintf("caddy-%d.log", attempt)), exited: make(chan struct{})}
+		log: filepath.Join(dir, fmt.Sprintf("caddy-%d.log", attempt))}
 	p.hostport = fmt.Sprintf("127.0.0.1:%d", p.port)
 	p.url, p.admin = "http://"+p.hostport, fmt.Sprintf("http://localhost:%d", p.adminPort)
 	file := filepath.Join(dir, "Caddyfile")
@@ -191,27 +192,12 @@ func launchCellCaddy(t *testing.T, dir string, attempt int, grace, body string) 
 	p.cmd = exec.Command(caddyBinary(t), "run", "--config", file, "--adapter", "caddyfile")
 	p.cmd.Stdout, p.cmd.Stderr = logf, logf
 	p.cmd.Env = append(os.Environ(), "XDG_CONFIG_HOME="+dir, "XDG_DATA_HOME="+dir)
-	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // dies with the test binary
-	// The parent-death signal comes when the forking *thread* exits, and Go ends a
-	// thread when a goroutine locked to it ends (redistest's servers do, as they stop):
-	// a thread that forked this Caddy and was later locked by such a goroutine killed
-	// it mid-cell. So the fork happens on a thread of its own that outlives the child,
-	// as in redistest.
-	started := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread() // never unlocked: the thread is discarded with the goroutine
-		defer close(p.exited)
-		defer logf.Close()
-		if err := p.cmd.Start(); err != nil {
-			started <- err
-			return
-		}
-		started <- nil
-		_ = p.cmd.Wait()
-	}()
-	if err := <-started; err != nil {
+	exited, err := childproc.Fork(p.cmd, func(error) { logf.Close() }) // dies with the test binary
+	if err != nil {
+		logf.Close()
 		t.Fatal(err)
 	}
+	p.exited = exited
 	t.Cleanup(func() {
 		_ = p.cmd.Process.Signal(syscall.SIGTERM)
 		select {

@@ -557,7 +557,7 @@ func (c *Client) tallyRound(replies []nodeReply) tally {
 	return t
 }
 
-// fence makes a granted round's fencing token safe to use (doc.go) and returns how many
+// fence makes a granted round's fencing token safe to use (fencing.go) and returns how many
 // tokens above it local handoffs may use. When every vote carries the same token, the
 // voting majority already keeps it (and, if each said so, the reserve above it): nothing
 // to do. Otherwise the largest token is committed on a majority, without a reserve.
@@ -642,7 +642,7 @@ func scriptReply(reply transport.Reply) nodeReply {
 }
 
 // commitToken raises the fencing counter to token on a majority while we hold the key
-// there (doc.go explains why this makes later tokens larger).
+// there (fencing.go explains why this makes later tokens larger).
 func (c *Client) commitToken(ctx context.Context, nm names, value string, token int64) error {
 	argv := []any{value, token, c.counterTTL().Milliseconds(), boolArg(nm.shared)}
 	ok, _, errs := c.onAll(ctx, "commit", c.quorum, func(cctx context.Context, _ int, nd *node) (bool, error) {

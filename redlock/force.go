@@ -14,6 +14,68 @@ import (
 // a lock was ended (queues.forcing, forced; handoff.go and acquire.go ask forceNow and
 // forcedSince).
 
+// Force release and the client's own locks: the arguments
+//
+// A lock a force release ends while provisional never got the turn: its Acquire keeps it
+// and contends again (the turn is spent once, whatever order a release, a force release
+// and a handoff run in: state.go; TestForceReleaseLeavesTheTurnWithTheAcquire,
+// TestForceReleaseOfAHandedLockLeavesTheTurnWithItsWaiter).
+//
+// A force release of the key by the same client never misses a joiner (a reader that
+// shares the entry of a reader of its client: readgroup.go): the join checks for force
+// releases and registers the joiner in one step under queues.mu, where a force release
+// numbers itself before it lists the holders it marks lost, so the joiner is either
+// refused (it goes to Redis, after the deletes) or listed and marked lost
+// (joinReader; TestJoiningReaderCannotEscapeAForceRelease).
+//
+// A force release of a limited key deletes every place (limit.go).
+
+// Force release and the holders of other clients: the argument
+//
+// Its race with the holders it frees is inherent: the client's own are marked lost first
+// (and a lock that client takes while it forces is given up), another client's learns it
+// at its next renewal, and fencing guards the work meanwhile.
+//
+// Claim: a force release frees only what held the key on a node when it read that node,
+// so never a holder granted after ForceRelease returned, however late its commands reach
+// a node (held by a partition and retransmitted, read by a paused node when it resumes:
+// internal/transport/batcher.go). On each node it takes two steps: forceReadScript reads
+// what each of the key's names holds (the lock name's value, each place's, the readers'
+// entries, a waiting writer's mark, the readers' turn mark), and forceReleaseScript then
+// deletes exactly that, comparing as a release does. A reply that comes after the node
+// timeout is dropped, so a delete is sent only with what a read answered during the call;
+// a read or a delete that lands after the call gave up deletes at most what was read.
+// Every value a lock writes is its Acquire call's 130 random bits and the attempt's number,
+// and a reader's entry likewise, so a holder granted on that node after the read holds
+// another value there (another entry), which the delete leaves. The readers' lock name
+// holds sharedMarker, the one value that is not a holder's own: the delete removes the
+// entries it read and then gives the name the expiry of the entries left
+// (readersExpiryLua, as every reader script does), deleting it only when none is left, so
+// a later reader's entry keeps it. A holder granted on a node between the call and that
+// node's read is read and freed: it was being granted as the operator asked.
+// (TestForceDeleteFreesOnlyWhatItRead, TestLateForceDeleteSparesALaterHolder; the
+// simulation's ledger exempts no holder that asked after a force release returned.)
+//
+// Not covered: a later readers' turn or waiting writer's mark with the same value as one
+// read ("t", a turn's length, one Acquire call's prefix) may be ended by a late delete,
+// which costs ordering, never exclusion (Shared locks: readgroup.go); and a key of another
+// type under the lock's name (Redisson's hash), which the commands of the ACL line
+// (docs/connecting.md) cannot read: the delete takes it if it is still of another type, so
+// a later holder of that kind may be freed, never one of ours nor a string Redlock
+// client's. A node whose read did not answer in time is left as it is (the operator sees
+// its error): a holder that lost a majority to the force learns it at its next renewal,
+// and its value there lapses with its ttl.
+//
+// Why not one step that the node refuses after a deadline on its own clock? The client
+// would have to map its timeout onto each node's clock: the offset a health check reads is
+// only as precise as that check's round trip (up to the node timeout under load), the
+// node's clock may drift or step (NTP, a VM resumed) between that reading and the delete,
+// and a delete that runs within the uncertainty still deletes whatever holds the key
+// then. The client would have to wait out the uncertainty before it reports, and the
+// guarantee would rest on clocks where compared values need none. The cost of two steps:
+// one more round trip per node, and a call bounded by two node timeouts instead of one
+// (a force release is rare).
+
 // ForceResult is what a ForceRelease did.
 type ForceResult struct {
 	Key   string
@@ -96,8 +158,8 @@ func (c *Client) forceKeys(key string) (names, []string) {
 	return nm, keys
 }
 
-// forceNode runs a force release's two steps on one node (scripts.go, doc.go "Force
-// release"): it reads what the key's names hold (bounded by ctx: node_timeout), then,
+// forceNode runs a force release's two steps on one node (scripts.go; the argument is
+// at the top of this file): it reads what the key's names hold (bounded by ctx: node_timeout), then,
 // if anything, deletes exactly that, bounded by a node_timeout of its own. A read that
 // did not answer in time deletes nothing; a delete that lands after its timeout deletes
 // only what was read. It returns how many of the lock name and places it deleted.

@@ -58,14 +58,16 @@ func lateForceDelete(t *testing.T, held string) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		eventually(t, key+" on every node", func() bool {
+		if !eventually(3*time.Second, func() bool {
 			for _, s := range servers {
 				if v, ok := rawGet(t, s, key); !ok || v != l.value {
 					return false
 				}
 			}
 			return true
-		})
+		}) {
+			t.Fatalf("%s not on every node", key)
+		}
 		return l
 	}
 	// Every node runs both steps once, so the held one finds its script loaded when it
@@ -94,7 +96,9 @@ func lateForceDelete(t *testing.T, held string) {
 	// The first holder goes (its own release reaches node 2), and another client holds
 	// nodes 3 and 4 (a minority), so the next holder's majority is nodes 0, 1 and 2.
 	_ = first.Release(ctx)
-	eventually(t, "k gone from node 2", func() bool { _, ok := rawGet(t, servers[2], "k"); return !ok })
+	if !eventually(3*time.Second, func() bool { _, ok := rawGet(t, servers[2], "k"); return !ok }) {
+		t.Fatal("k still on node 2 after the first holder's release")
+	}
 	other := func(cmd ...any) {
 		t.Helper()
 		for _, s := range servers[3:] {

@@ -40,13 +40,13 @@ import "github.com/caddy-redlock/caddy-redlock/redlock/internal/transport"
 //
 // Shared readers (readAcquireScript) hold the lock name with sharedMarker: to this script
 // the key is busy, and it marks a writer as waiting (KEYS[3], the owner prefix, for
-// ARGV[7] ms) so that no new reader comes in meanwhile (doc.go, "Shared locks"). A
+// ARGV[7] ms) so that no new reader comes in meanwhile (readgroup.go, "Shared locks"). A
 // writer that gets the key clears its own mark, from its second attempt on: before its
 // first attempt it has left none, so the usual uncontended acquire does not look (a first
 // attempt granted on a quorum may leave a mark where readers refused it; that expires in
 // writerMarkTTL).
 //
-// Fencing (doc.go): the token is the client's proposal when that is above the counter
+// Fencing (fencing.go): the token is the client's proposal when that is above the counter
 // and within the lead of the node's clock (either side), else max(counter+1, node time
 // in µs). So a counter lost in a restart or expired for disuse restarts near the clock,
 // above every token issued before the quarantine; a client whose clock is wrong only
@@ -140,7 +140,7 @@ const maxBoundMsLua = "86400000"
 // announced to it, which every client announces before its first lock command on a
 // connection), whichever is longer. A client with a small max_ttl that has not read a
 // larger bound yet would otherwise let a counter lapse before the tokens of a client with
-// a longer one are overtaken by the clocks (doc.go, "Counter expiry"). A bound above
+// a longer one are overtaken by the clocks (fencing.go, "Counter expiry"). A bound above
 // maxBound is not believed (announceScript replaces it).
 const counterTTLLua = `local nb = redis.pcall('GET', KEYS[#KEYS])
   nb = (type(nb) == 'string' and tonumber(nb)) or 0
@@ -164,7 +164,7 @@ const (
 // the last entry expires (so the name and the set lapse together, and a plain SET NX,
 // anyone's, finds the key busy). Expired entries (crashed readers) are dropped first.
 //
-// Phases (doc.go, "Shared locks"): a reader refused marks readers as waiting (KEYS[5]
+// Phases (readgroup.go, "Shared locks"): a reader refused marks readers as waiting (KEYS[5]
 // holds, for ARGV[7] ms as a writer's mark, the longest turn the waiting readers asked
 // for, ms: ARGV[9], waitMarkLua); a writer's release that finds that mark turns it into
 // the readers' turn (KEYS[5] = "t", releaseScript) and leaves the lock name holding
@@ -335,7 +335,7 @@ return set
 // longest turn the releasing client gives, ms: when readers marked themselves as waiting
 // (readAcquireScript), the lock name is left holding sharedMarker, with no reader entry,
 // for the turn, and the mark says it is the readers' turn: the readers woken by the
-// notice go in before any writer (doc.go, "Shared locks"). The turn is ARGV[4], or the
+// notice go in before any writer (readgroup.go, "Shared locks"). The turn is ARGV[4], or the
 // longest the waiting readers asked for (the mark's value) up to ARGV[5]. The marker
 // holds nothing: it lapses, or the readers' scripts give it their entries' expiry.
 var releaseScript = newScript(`
@@ -358,7 +358,7 @@ return 0
 // waiting writer's mark, the readers' turn and a limited key's places included. It takes
 // two steps on each node, so that a step that lands late (held by a partition, or read
 // by a paused node when it resumes) frees only what was there when the operator asked
-// (doc.go, "Force release"): forceReadScript reads what holds each name, and
+// (force.go, "Force release and the holders of other clients"): forceReadScript reads what holds each name, and
 // forceReleaseScript deletes exactly that, comparing values as a release does.
 // Both take KEYS[1] lock, KEYS[2] writer-waiting mark, KEYS[3] readers' turn mark,
 // KEYS[4] readers (as readersExpiryLua wants them), KEYS[5..] places.

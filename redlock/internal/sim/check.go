@@ -97,7 +97,7 @@ type forceLanding struct {
 // forceWindow is one force release of a key by a client, from its call until it
 // returned. A force release frees the holders it read (during its call): the forcing
 // client marks its own holders lost, while another client's holder learns it at its
-// next renewal (the narrow race any operator override has, which fencing guards: doc.go,
+// next renewal (the narrow race any operator override has, which fencing guards:
 // force.go). So another client's holder that the force may have read, and that was
 // inside (or whose winning round may have been out) when one of its deletes ran, is
 // exempt from the overlap checks (forced; its tokens are still checked).
