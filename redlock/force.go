@@ -183,17 +183,20 @@ func forceRead(ctx context.Context, nd *node, keys []string, channel string) ([]
 	return forceDeletes(reply, keys, channel)
 }
 
+// errForceReply: the read's reply is not forceReadScript's (it holds lock values, which
+// are secrets: never shown in an error).
+var errForceReply = errors.New("redlock: force release: the read's reply has an unexpected form")
+
 // forceDeletes turns forceReadScript's reply into forceReleaseScript's keys and
 // arguments: the key's four names, the places read as held, and what each held. Both
 // are nil when the node held nothing of the key.
 func forceDeletes(reply []any, keys []string, channel string) ([]string, []any, error) {
-	bad := fmt.Errorf("redlock: force release read an unexpected reply %v", reply)
 	if len(reply) < 4 {
-		return nil, nil, bad
+		return nil, nil, errForceReply
 	}
 	r, ok := reply[3].(int64)
 	if !ok || r < 0 || int64(len(reply)) < 4+r || (len(reply)-4-int(r))%2 != 0 {
-		return nil, nil, bad
+		return nil, nil, errForceReply
 	}
 	dkeys := append([]string(nil), keys[:4]...)
 	argv := []any{channel, reply[0], reply[1], reply[2], r}
@@ -202,7 +205,7 @@ func forceDeletes(reply []any, keys []string, channel string) ([]string, []any, 
 	for j := 0; j < len(places); j += 2 {
 		p, ok := places[j].(int64)
 		if !ok || p < 1 || int(p) > len(keys)-4 {
-			return nil, nil, bad
+			return nil, nil, errForceReply
 		}
 		dkeys = append(dkeys, keys[3+p])
 		argv = append(argv, places[j+1])
