@@ -66,6 +66,16 @@ import (
 // its error): a holder that lost a majority to the force learns it at its next renewal,
 // and its value there lapses with its ttl.
 //
+// A lock of another client that the force freed may still be handed on locally before
+// its next renewal: a handoff takes no round trip (handoff.go), so that client cannot see
+// the force, and the handed lock holds the same deleted values. Its token (the freed
+// lock's + 1, within the handoff reserve) is below that of any holder that took the key
+// after the deletes: that holder's grant on a node of the freed lock's commit quorum
+// found the counter at or above the reserve. So fenced storage refuses the handed lock's
+// writes as it refuses the freed lock's, and its next renewal finds the key gone or
+// taken (TestHandoffOfALockAnotherClientForceReleased; the simulation's token-order check
+// follows a handed lock to the lock it came from: internal/sim/check.go, tokenFreed).
+//
 // Why not one step that the node refuses after a deadline on its own clock? The client
 // would have to map its timeout onto each node's clock: the offset a health check reads is
 // only as precise as that check's round trip (up to the node timeout under load), the
