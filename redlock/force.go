@@ -30,6 +30,62 @@ import (
 //
 // A force release of a limited key deletes every place (limit.go).
 
+// Force release and the holders of other clients: the argument
+//
+// Its race with the holders it frees is inherent: the client's own are marked lost first
+// (and a lock that client takes while it forces is given up), another client's learns it
+// at its next renewal, and fencing guards the work meanwhile.
+//
+// Claim: a force release frees only what held the key on a node when it read that node,
+// so never a holder granted after ForceRelease returned, however late its commands reach
+// a node (held by a partition and retransmitted, read by a paused node when it resumes:
+// internal/transport/batcher.go). On each node it takes two steps: forceReadScript reads
+// what each of the key's names holds (the lock name's value, each place's, the readers'
+// entries, a waiting writer's mark, the readers' turn mark), and forceReleaseScript then
+// deletes exactly that, comparing as a release does. A reply that comes after the node
+// timeout is dropped, so a delete is sent only with what a read answered during the call;
+// a read or a delete that lands after the call gave up deletes at most what was read.
+// Every value a lock writes is its Acquire call's 130 random bits and the attempt's number,
+// and a reader's entry likewise, so a holder granted on that node after the read holds
+// another value there (another entry), which the delete leaves. The readers' lock name
+// holds sharedMarker, the one value that is not a holder's own: the delete removes the
+// entries it read and then gives the name the expiry of the entries left
+// (readersExpiryLua, as every reader script does), deleting it only when none is left, so
+// a later reader's entry keeps it. A holder granted on a node between the call and that
+// node's read is read and freed: it was being granted as the operator asked.
+// (TestForceDeleteFreesOnlyWhatItRead, TestLateForceDeleteSparesALaterHolder; the
+// simulation's ledger exempts no holder that asked after a force release returned.)
+//
+// Not covered: a later readers' turn or waiting writer's mark with the same value as one
+// read ("t", a turn's length, one Acquire call's prefix) may be ended by a late delete,
+// which costs ordering, never exclusion (Shared locks: readgroup.go); and a key of another
+// type under the lock's name (Redisson's hash), which the commands of the ACL line
+// (docs/connecting.md) cannot read: the delete takes it if it is still of another type, so
+// a later holder of that kind may be freed, never one of ours nor a string Redlock
+// client's. A node whose read did not answer in time is left as it is (the operator sees
+// its error): a holder that lost a majority to the force learns it at its next renewal,
+// and its value there lapses with its ttl.
+//
+// A lock of another client that the force freed may still be handed on locally before
+// its next renewal: a handoff takes no round trip (handoff.go), so that client cannot see
+// the force, and the handed lock holds the same deleted values. Its token (the freed
+// lock's + 1, within the handoff reserve) is below that of any holder that took the key
+// after the deletes: that holder's grant on a node of the freed lock's commit quorum
+// found the counter at or above the reserve. So fenced storage refuses the handed lock's
+// writes as it refuses the freed lock's, and its next renewal finds the key gone or
+// taken (TestHandoffOfALockAnotherClientForceReleased; the simulation's token-order check
+// follows a handed lock to the lock it came from: internal/sim/check.go, tokenFreed).
+//
+// Why not one step that the node refuses after a deadline on its own clock? The client
+// would have to map its timeout onto each node's clock: the offset a health check reads is
+// only as precise as that check's round trip (up to the node timeout under load), the
+// node's clock may drift or step (NTP, a VM resumed) between that reading and the delete,
+// and a delete that runs within the uncertainty still deletes whatever holds the key
+// then. The client would have to wait out the uncertainty before it reports, and the
+// guarantee would rest on clocks where compared values need none. The cost of two steps:
+// one more round trip per node, and a call bounded by two node timeouts instead of one
+// (a force release is rare).
+
 // ForceResult is what a ForceRelease did.
 type ForceResult struct {
 	Key   string
@@ -50,8 +106,11 @@ type ForceNode struct {
 }
 
 // ForceRelease deletes key on every node whoever holds it (an operator override) and
-// marks the locks this client holds on it as lost, so their holders stop. The error is
-// non-nil when a node did not confirm (the result says which); the rest is done anyway.
+// marks the locks this client holds on it as lost, so their holders stop. It frees what
+// held the key when it was called: on each node it reads what the key's names hold, then
+// deletes exactly that, so a delete that reaches a node late (a partition, a paused
+// node) never frees a holder that came after. The error is non-nil when a node did not
+// confirm (the result says which); the rest is done anyway.
 func (c *Client) ForceRelease(ctx context.Context, key string) (ForceResult, error) {
 	res := ForceResult{Key: key}
 	if err := validateKey(key); err != nil {
@@ -60,23 +119,19 @@ func (c *Client) ForceRelease(ctx context.Context, key string) (ForceResult, err
 	// No local handoff of this key while it is being forced: a lock handed on now would
 	// hold keys about to be deleted. The holder (a handoff done before is registered by
 	// then) is marked lost first. A waiter that then takes the key anew in Redis is not
-	// touched: its SETs came after our deletes or are deleted by them (the narrow race
-	// any operator override has; fencing guards it).
+	// touched: its SETs came after our reads, or were read and are deleted (the narrow
+	// race any operator override has; fencing guards it).
 	c.queues.beginForce(key)
 	defer c.queues.endForce(key)
 	held := c.holders(key)
 	for _, l := range held {
 		l.markLost(LostForceReleased)
 	}
-	nm := c.names(key)
-	forceKeys := []string{nm.lock, nm.writer, nm.readers, nm.turn}
-	for _, s := range c.slotNames(key, MaxLimit) {
-		forceKeys = append(forceKeys, s.lock)
-	}
+	nm, keys := c.forceKeys(key)
 	ctx = context.WithoutCancel(ctx)
 	res.Nodes = make([]ForceNode, len(c.nodes))
 	res.Deleted, _, _ = c.onAll(ctx, "force_release", 0, func(cctx context.Context, i int, nd *node) (bool, error) {
-		n, err := forceReleaseScript.Run(cctx, nd.tr, forceKeys, nm.channel).Int64()
+		n, err := c.forceNode(cctx, nd, keys, nm.channel)
 		res.Nodes[i] = ForceNode{Node: nd.addr, Deleted: n > 0, Err: err}
 		return n > 0, err
 	})
@@ -101,6 +156,74 @@ func (c *Client) ForceRelease(ctx context.Context, key string) (ForceResult, err
 		return res, fmt.Errorf("redlock: force release %q: %d node(s) failed: %w", key, len(res.Nodes)-res.Answered, errors.Join(errs...))
 	}
 	return res, nil
+}
+
+// forceKeys are the names a force release reads and deletes, in the scripts' order.
+func (c *Client) forceKeys(key string) (names, []string) {
+	nm := c.names(key)
+	keys := []string{nm.lock, nm.writer, nm.turn, nm.readers}
+	for _, s := range c.slotNames(key, MaxLimit) {
+		keys = append(keys, s.lock)
+	}
+	return nm, keys
+}
+
+// forceNode runs a force release's two steps on one node (scripts.go; the argument is
+// at the top of this file): it reads what the key's names hold (bounded by ctx: node_timeout), then,
+// if anything, deletes exactly that, bounded by a node_timeout of its own. A read that
+// did not answer in time deletes nothing; a delete that lands after its timeout deletes
+// only what was read. It returns how many of the lock name and places it deleted.
+func (c *Client) forceNode(ctx context.Context, nd *node, keys []string, channel string) (int64, error) {
+	dkeys, argv, err := forceRead(ctx, nd, keys, channel)
+	if err != nil || dkeys == nil {
+		return 0, err
+	}
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.opt.NodeTimeout)
+	defer cancel()
+	return forceReleaseScript.Run(dctx, nd.tr, dkeys, argv...).Int64()
+}
+
+// forceRead is a force release's first step on one node: what to delete there
+// (forceDeletes), nil when the node holds nothing of the key.
+func forceRead(ctx context.Context, nd *node, keys []string, channel string) ([]string, []any, error) {
+	reply, err := forceReadScript.Run(ctx, nd.tr, keys).Slice()
+	if err != nil {
+		return nil, nil, err
+	}
+	return forceDeletes(reply, keys, channel)
+}
+
+// errForceReply: the read's reply is not forceReadScript's (it holds lock values, which
+// are secrets: never shown in an error).
+var errForceReply = errors.New("redlock: force release: the read's reply has an unexpected form")
+
+// forceDeletes turns forceReadScript's reply into forceReleaseScript's keys and
+// arguments: the key's four names, the places read as held, and what each held. Both
+// are nil when the node held nothing of the key.
+func forceDeletes(reply []any, keys []string, channel string) ([]string, []any, error) {
+	if len(reply) < 4 {
+		return nil, nil, errForceReply
+	}
+	r, ok := reply[3].(int64)
+	if !ok || r < 0 || int64(len(reply)) < 4+r || (len(reply)-4-int(r))%2 != 0 {
+		return nil, nil, errForceReply
+	}
+	dkeys := append([]string(nil), keys[:4]...)
+	argv := []any{channel, reply[0], reply[1], reply[2], r}
+	argv = append(argv, reply[4:4+r]...)
+	places := reply[4+r:]
+	for j := 0; j < len(places); j += 2 {
+		p, ok := places[j].(int64)
+		if !ok || p < 1 || int(p) > len(keys)-4 {
+			return nil, nil, errForceReply
+		}
+		dkeys = append(dkeys, keys[3+p])
+		argv = append(argv, places[j+1])
+	}
+	if reply[0] == "" && reply[1] == "" && reply[2] == "" && len(places) == 0 {
+		return nil, nil, nil // nothing to delete (no entries without the lock name's marker)
+	}
+	return dkeys, argv, nil
 }
 
 // forceBook is the force releases' bookkeeping, kept in queues (under queues.mu) because

@@ -78,7 +78,7 @@ func TestFreshStartNeedsOneMark(t *testing.T) {
 		{"one mark", []nodeFacts{node("A", 0), node("A", 0), node("A", 10*time.Millisecond)}, true},
 		{"the judged node marked by another client", []nodeFacts{node("A", 0), node("A", 0), node("B", 0)}, false},
 		{"one node of another mark", []nodeFacts{node("A", 0), node("B", 0), node("A", 0)}, false},
-		{"same mark, made later (a hello held up)", []nodeFacts{node("A", 2 * time.Second), node("A", 2 * time.Second), node("A", 0)}, false},
+		{"same mark, made later (a hello held up)", []nodeFacts{node("A", 2*time.Second), node("A", 2*time.Second), node("A", 0)}, false},
 		{"no mark (a marker of another process)", []nodeFacts{node("", 0), node("", 0), node("", 0)}, false},
 		{"age unknown", []nodeFacts{node("A", -1), node("A", -1), node("A", -1)}, false},
 	} {

@@ -335,7 +335,7 @@ return set
 // longest turn the releasing client gives, ms: when readers marked themselves as waiting
 // (readAcquireScript), the lock name is left holding sharedMarker, with no reader entry,
 // for the turn, and the mark says it is the readers' turn: the readers woken by the
-// notice go in before any writer (doc.go, "Shared locks"). The turn is ARGV[4], or the
+// notice go in before any writer (readgroup.go, "Shared locks"). The turn is ARGV[4], or the
 // longest the waiting readers asked for (the mark's value) up to ARGV[5]. The marker
 // holds nothing: it lapses, or the readers' scripts give it their entries' expiry.
 var releaseScript = newScript(`
@@ -354,15 +354,84 @@ end
 return 0
 `)
 
-// forceReleaseScript is the operator override: delete whatever holds the key, readers,
-// a waiting writer's mark, the readers' turn mark and a limited key's places included.
-// KEYS[1] lock, KEYS[2] writer-waiting mark, KEYS[3] readers, KEYS[4] readers' turn mark,
-// KEYS[5..] the places; ARGV[1] release channel.
-// Returns how many of the lock name and the places were there.
+// Force release is the operator override: free the key whoever holds it, readers, a
+// waiting writer's mark, the readers' turn and a limited key's places included. It takes
+// two steps on each node, so that a step that lands late (held by a partition, or read
+// by a paused node when it resumes) frees only what was there when the operator asked
+// (force.go, "Force release and the holders of other clients"): forceReadScript reads what holds each name, and
+// forceReleaseScript deletes exactly that, comparing values as a release does.
+// Both take KEYS[1] lock, KEYS[2] writer-waiting mark, KEYS[3] readers' turn mark,
+// KEYS[4] readers (as readersExpiryLua wants them), KEYS[5..] places.
+//
+// What a name held is said in one string: "" nothing, "s" followed by its value (a
+// string), or "x" a key of another type (another client's lock: Redisson's hash), whose
+// value the commands the ACL line grants cannot read.
+
+// forceReadScript returns what the names hold: {lock, writer mark, turn mark, the number
+// of reader entries, the entries..., then for each place held, its index (1-based, in
+// KEYS[5..]) and what it holds}. The readers' entries are read only when the lock name
+// holds sharedMarker (a user without the sorted-set commands can force other keys). An
+// error other than WRONGTYPE (a command the user may not run) fails the script.
+var forceReadScript = newScript(`
+` + forceHeldLua + `
+local out = {held(KEYS[1]), held(KEYS[2]), held(KEYS[3]), 0}
+if out[1] == 's` + sharedMarkerLua + `' then
+  local e = redis.call('ZRANGE', KEYS[4], 0, -1)
+  out[4] = #e
+  for i = 1, #e do out[#out + 1] = e[i] end
+end
+for i = 5, #KEYS do
+  local p = held(KEYS[i])
+  if p ~= '' then
+    out[#out + 1] = i - 4
+    out[#out + 1] = p
+  end
+end
+return out
+`)
+
+// forceHeldLua defines held(k): what name k holds, in the force release's one string.
+const forceHeldLua = `local function held(k)
+  local v = redis.pcall('GET', k)
+  if type(v) == 'table' then
+    if string.find(tostring(v.err), 'WRONGTYPE', 1, true) then return 'x' end
+    return redis.call('GET', k)
+  end
+  if not v then return '' end
+  return 's' .. v
+end`
+
+// forceReleaseScript deletes what forceReadScript read, where it still is: each name
+// only while it holds what was read (a key of another type while it still is one), and
+// each reader entry read; a lock name holding sharedMarker then keeps the expiry of the
+// entries left (readersExpiryLua: a later reader's entry keeps it) and goes with the
+// last. KEYS as forceReadScript's, with only the places read as held; ARGV[1] release
+// channel, ARGV[2] what the lock name held, ARGV[3] the writer mark, ARGV[4] the turn
+// mark, ARGV[5] the number r of reader entries, ARGV[6..5+r] the entries, then what each
+// place of KEYS[5..] held. Returns how many of the lock name (with its readers) and the
+// places it deleted, and notifies waiters when that is any.
 var forceReleaseScript = newScript(`
-local n = redis.call('DEL', KEYS[1])
-redis.call('DEL', KEYS[2], KEYS[3], KEYS[4])
-for i = 5, #KEYS do n = n + redis.call('DEL', KEYS[i]) end
+` + forceHeldLua + `
+local function gone(k, was)
+  if was ~= '' and held(k) == was then return redis.call('DEL', k) end
+  return 0
+end
+local n = 0
+local r = tonumber(ARGV[5])
+if ARGV[2] == 's` + sharedMarkerLua + `' then
+  local had = redis.pcall('GET', KEYS[1]) == '` + sharedMarkerLua + `'
+  for i = 6, 5 + r do n = n + redis.call('ZREM', KEYS[4], ARGV[i]) end
+  local t = redis.call('TIME')
+  local ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', ms)
+  ` + readersExpiryLua + `
+  if n > 0 or (had and not redis.pcall('GET', KEYS[1])) then n = 1 end
+else
+  n = gone(KEYS[1], ARGV[2])
+end
+gone(KEYS[2], ARGV[3])
+gone(KEYS[3], ARGV[4])
+for i = 5, #KEYS do n = n + gone(KEYS[i], ARGV[i + 1 + r]) end
 if n > 0 then redis.call('PUBLISH', ARGV[1], 'force') end
 return n
 `)
@@ -421,5 +490,6 @@ var scripts = transport.NewScripts(
 	extendScript.About("renewal", "GET", "PEXPIRE", "PTTL", "TIME", "ZSCORE", "ZADD"),
 	retakeScript.About("re-take", "SET"),
 	releaseScript.About("release", "GET", "DEL", "SET", "PUBLISH").AsCleanup(),
-	forceReleaseScript.About("force release", "DEL", "PUBLISH"),
+	forceReadScript.About("force release's read", "GET", "ZRANGE"),
+	forceReleaseScript.About("force release", "GET", "DEL", "ZREM", "TIME", "ZREMRANGEBYSCORE", "ZRANGE", "SET", "PEXPIRE", "PUBLISH"),
 )

@@ -40,6 +40,12 @@ type holder struct {
 	token   int64
 	handed  bool
 	entered time.Time
+	// attempts is the rounds its Acquire took (LockInfo.Attempts): 0 for a handed lock
+	// or a joiner, which hold values an earlier holder of the client took.
+	attempts int
+	// from is, for a handed lock, the holder it was handed from (its client's last on the
+	// key): it holds that holder's values in Redis, so what freed them freed it.
+	from *holder
 }
 
 func (h *holder) String() string {
@@ -77,6 +83,9 @@ type keyLedger struct {
 	maxExclBy    *holder
 	maxAnyBy     *holder
 	limitTokens  map[int64]*holder
+	// tokens are the fenced holders' tokens as they entered (writers and readers), for
+	// judging a token below an earlier one's (tokenFreed).
+	tokens []tokenEntry
 	// resource: the writes a fenced store accepted (token order), for the GC pauses.
 	resource   int64
 	resourceBy *holder
@@ -86,21 +95,28 @@ type keyLedger struct {
 	landed []forceLanding
 }
 
-// forceLanding is a force release's delete running on a node: it frees whatever holds
-// the key then, also when it arrives late (held by a partition) after its call returned.
+// tokenEntry is a fenced holder's token, and when it entered.
+type tokenEntry struct {
+	token   int64
+	kind    holdKind
+	entered time.Time
+}
+
+// forceLanding is a force release's compare-and-delete running on a node, in time or
+// late (held by a partition, read by a paused node when it resumes): it deletes what
+// the force read during its call, if still there.
 type forceLanding struct {
-	client  int
-	at      time.Time
-	running bool // the forcing client's ForceRelease call was still under way
+	client int
+	at     time.Time
 }
 
 // forceWindow is one force release of a key by a client, from its call until it
-// returned. A force release frees the key under every holder: the forcing client marks
-// its own holders lost, while another client's holder learns it at its next renewal (the
-// narrow race any operator override has, which fencing guards: doc.go, force.go). So a
-// holder that was inside, or whose winning round may have been out, when one of the
-// force's deletes ran is exempt from the overlap checks (forced; its tokens are still
-// checked), unless it is the forcing client's own and the call was still under way.
+// returned. A force release frees the holders it read (during its call): the forcing
+// client marks its own holders lost, while another client's holder learns it at its
+// next renewal (the narrow race any operator override has, which fencing guards:
+// force.go). So another client's holder that the force may have read, and that was
+// inside (or whose winning round may have been out) when one of its deletes ran, is
+// exempt from the overlap checks (forced; its tokens are still checked).
 type forceWindow struct {
 	client     int
 	start, end time.Time
@@ -128,12 +144,14 @@ type ledger struct {
 	// handing: per client and key, the mode of the lock its last holder released (a
 	// local handoff hands that lock to the next waiter of the same client): a handed
 	// lock must be of the mode its holder asked for (mode.go: no handoff crosses modes).
+	// gave is that holder: a handed lock holds its values (forced).
 	handing map[handKey]holdMode
+	gave    map[handKey]*holder
 }
 
 func newLedger(t0 time.Time, lastFault func() string) *ledger {
 	return &ledger{t0: t0, keys: map[string]*keyLedger{}, reported: map[[2]*holder]bool{}, lastFault: lastFault,
-		handing: map[handKey]holdMode{}}
+		handing: map[handKey]holdMode{}, gave: map[handKey]*holder{}}
 }
 
 type handKey struct {
@@ -156,6 +174,7 @@ func (g *ledger) released(h *holder) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.handing[handKey{h.client, h.key}] = holdMode{h.kind, h.set, h.fencing}
+	g.gave[handKey{h.client, h.key}] = h
 }
 
 // checkHanded judges a lock at its holder's entry: a reader and a limit holder never get
@@ -207,16 +226,19 @@ func (g *ledger) enter(h *holder) bool {
 		return false
 	}
 	kl := g.key(h.key)
+	if h.handed {
+		h.from = g.gave[handKey{h.client, h.key}]
+	}
 	g.checkHandedLocked(h)
 	g.checkAgainst(kl, h)
 	if h.fencing {
 		switch h.kind {
 		case kindExclusive:
-			if h.token <= kl.maxAny {
+			if h.token <= kl.maxAny && !g.tokenFreed(kl, h, false) {
 				g.violationLocked("token order", "on %q: %s got token %d, not above %d of an earlier holder: %s", h.key, h, h.token, kl.maxAny, kl.maxAnyBy)
 			}
 		case kindShared:
-			if h.token <= kl.maxExclusive {
+			if h.token <= kl.maxExclusive && !g.tokenFreed(kl, h, true) {
 				g.violationLocked("token order", "on %q: %s got token %d, not above %d of an earlier writer: %s", h.key, h, h.token, kl.maxExclusive, kl.maxExclBy)
 			}
 		case kindLimit:
@@ -224,6 +246,9 @@ func (g *ledger) enter(h *holder) bool {
 				g.violationLocked("token distinct", "on limited %q: %s got token %d, already given to %s", h.key, h, h.token, other)
 			}
 			kl.limitTokens[h.token] = h
+		}
+		if h.kind != kindLimit {
+			kl.tokens = append(kl.tokens, tokenEntry{h.token, h.kind, h.entered})
 		}
 		if h.kind != kindLimit && h.token > kl.maxAny {
 			kl.maxAny, kl.maxAnyBy = h.token, h
@@ -277,35 +302,89 @@ func (g *ledger) exit(h *holder) {
 	}
 }
 
-// forced reports whether h was freed under its feet by a force release: another
-// client's (during its call, or when one of its deletes ran), or a delete of its own
-// client's that ran after that call returned (a late delivery). A holder of the forcing
-// client while its call runs is not exempt: the client must have marked it lost.
+// forced reports whether h may have been freed under its feet by a force release
+// (freedAt).
 func (g *ledger) forced(kl *keyLedger, h *holder, slack time.Duration) bool {
+	_, ok := g.freedAt(kl, h, slack)
+	return ok
+}
+
+// freedAt reports the first delete of a force release that may have freed h under its
+// feet: another client's, whose reads may have seen h's values (the call was under way at
+// or after h asked: its reads run during the call, and its deletes, however late they
+// land, delete only the values read), and that ran while h was inside or while its
+// winning round may have been out (for a set, since it asked). A holder of the forcing
+// client is never exempt: the client marks its holders lost and gives up locks taken
+// while it forces (force.go). A handed lock holds the values of the holder it was handed
+// from, whatever freed those freed it, also before it was handed (its client learns it
+// at the lock's next renewal, as its giver would have: the handoff takes no round trip).
+// A joiner (no round of its own: Attempts 0) holds values an earlier reader of its
+// client took, when the ledger does not know: any delete of another client's force that
+// ran while it was inside may have freed it.
+func (g *ledger) freedAt(kl *keyLedger, h *holder, slack time.Duration) (time.Time, bool) {
+	if h.handed && h.from != nil {
+		return g.freedAt(kl, h.from, slack)
+	}
 	entered := h.entered
 	if entered.IsZero() {
 		entered = time.Now()
 	}
-	for _, l := range kl.landed {
-		// The delete ran while h was inside, or while its winning round may have been
-		// out (a round ends within slack): h's grants may be among what it deleted.
-		if !l.at.Before(h.asked) && !l.at.Before(entered.Add(-slack)) && (l.client != h.client || !l.running) {
+	from := entered.Add(-slack) // a delete before h's winning round freed nothing of h
+	if h.set {
+		from = h.asked // AcquireAll took its first keys long before it returned
+	}
+	for _, l := range kl.landed { // in the order they ran
+		if l.client == h.client || l.at.Before(h.asked) || l.at.Before(from) {
+			continue
+		}
+		// A lock with rounds of its own holds values written after it asked.
+		if kl.underWay(l, h.asked) || h.attempts == 0 {
+			return l.at, true
+		}
+	}
+	return time.Time{}, false
+}
+
+// tokenFreed reports whether h's token may be below an earlier holder's because a force
+// release freed h first (freedAt): every earlier holder with a token not below h's
+// (writers only, for a reader) entered at or after that delete, so its grants may have
+// followed it on the nodes h had, and the counters there gave it the larger token. That
+// is fencing doing its job in the operator override's race (docs/safety.md: a holder of
+// another client learns of a force release at its next renewal, and a lock its client
+// hands on before then holds the same freed values): a fenced store refuses h's writes
+// once the later holder wrote. An earlier holder with a larger token that entered before
+// any delete that may have freed h is still a violation: nothing had freed h's values,
+// so its grants could not come after h's.
+func (g *ledger) tokenFreed(kl *keyLedger, h *holder, writersOnly bool) bool {
+	at, ok := g.freedAt(kl, h, g.forceSlack)
+	if !ok {
+		return false
+	}
+	for _, e := range kl.tokens {
+		if e.token >= h.token && (!writersOnly || e.kind == kindExclusive) && e.entered.Before(at) {
+			return false
+		}
+	}
+	return true
+}
+
+// underWay reports whether a force release of the key by l's client that began by l's
+// landing was still under way at t: its reads may have seen values written from t on.
+func (kl *keyLedger) underWay(l forceLanding, t time.Time) bool {
+	for _, f := range kl.forces {
+		if f.client == l.client && !f.start.After(l.at) && (f.end.IsZero() || !f.end.Before(t)) {
 			return true
 		}
 	}
 	return false
 }
 
-// forceLanded notes a force release's delete running on a node.
+// forceLanded notes a force release's compare-and-delete running on a node.
 func (g *ledger) forceLanded(key string, client int) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	kl := g.key(key)
-	running := false
-	for _, f := range kl.forces {
-		running = running || f.client == client && f.end.IsZero()
-	}
-	kl.landed = append(kl.landed, forceLanding{client: client, at: time.Now(), running: running})
+	kl.landed = append(kl.landed, forceLanding{client: client, at: time.Now()})
 }
 
 // forceBegins and forceEnds bracket a client's ForceRelease of key.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"sort"
 	"strconv"
 	"strings"
 	"testing"
@@ -53,10 +54,10 @@ func TestConformance(t *testing.T) {
 	if err := rc.FlushAll(ctx).Err(); err != nil {
 		t.Fatal(err)
 	}
-	// The simulated node's clock reads, for each command, the middle of the moment the
-	// redis-server ran it (between sending it and reading the reply): both see the same
-	// time, within half a round trip, and a key expiring during the replay expires for
-	// both between the same two commands.
+	// The simulated node's clock reads, for each command, the redis-server's own clock
+	// just before it ran it (TIME, sent with the command in one pipeline: the server runs
+	// both in one go): a key expiring during the replay expires for both between the same
+	// two commands, even one that lapses within the round trip (a readers' turn of 10 ms).
 	var at int64
 	sim := NewServer("sim", func() int64 { return at }, strings.Repeat("ab", 20))
 	sess := sim.NewSession()
@@ -68,9 +69,18 @@ func TestConformance(t *testing.T) {
 			continue // pub/sub mode and the handshake: below
 		}
 		start := time.Now()
-		real := toReply(rc.Do(ctx, toAny(args)...).Result())
+		var now *redis.TimeCmd
+		var cmd *redis.Cmd
+		_, _ = rc.Pipelined(ctx, func(p redis.Pipeliner) error {
+			now, cmd = p.Time(ctx), p.Do(ctx, toAny(args)...)
+			return nil
+		})
+		real := toReply(cmd.Result())
 		rtt := time.Since(start)
-		at = start.Add(rtt / 2).UnixMicro()
+		if now.Err() != nil {
+			t.Fatalf("TIME: %v", now.Err())
+		}
+		at = now.Val().UnixMicro()
 		got := sess.Exec(args)[0]
 		slack := rtt + 5*time.Millisecond
 		seen[scriptOf(args)]++
@@ -93,7 +103,7 @@ func TestConformance(t *testing.T) {
 // scriptNames are what scriptOf calls the client's scripts and commands; each must be
 // replayed at least once.
 var scriptNames = []string{"acquire", "shared acquire", "shared release", "renewal", "release",
-	"force release", "announce", "digests", "probe", "fencing commit", "re-take", "INFO", "GET", "PTTL", "ZCARD"}
+	"force read", "force release", "announce", "digests", "probe", "fencing commit", "re-take", "INFO", "GET", "PTTL", "ZCARD"}
 
 // scriptOf names a recorded command by its script's first line.
 func scriptOf(args []string) string {
@@ -123,7 +133,8 @@ var scriptMarks = map[string]*regexp.Regexp{
 	"shared release": regexp.MustCompile(`^\s*if redis.pcall\('ZREM'`),
 	"renewal":        regexp.MustCompile(`^\s*local n = #ARGV / 3`),
 	"release":        regexp.MustCompile(`^\s*if redis.pcall\('GET', KEYS\[1\]\) == ARGV\[1\] then\n  redis.call\('DEL'`),
-	"force release":  regexp.MustCompile(`^\s*local n = redis.call\('DEL', KEYS\[1\]\)`),
+	"force read":     regexp.MustCompile(`^\s*local function held\(k\)[\s\S]*\nlocal out = `),
+	"force release":  regexp.MustCompile(`^\s*local function held\(k\)[\s\S]*\nlocal function gone\(`),
 	"announce":       regexp.MustCompile(`^\s*local cur = redis.pcall\('GET', KEYS\[1\]\)\ncur = `),
 	"digests":        regexp.MustCompile(`redis.sha1hex`),
 	"probe":          regexp.MustCompile(`^\s*local bad = \{\}`),
@@ -140,7 +151,8 @@ func keysOf(m map[string]bool) []string {
 }
 
 // extraCommands are commands the client sends that a schedule may not: Inspect's reads,
-// a commit and a re-take by hand (the scripts' texts come from the schedule's EVALs).
+// a commit, a re-take and a force release by hand (the scripts' texts come from the
+// schedule's EVALs, or from the digests' request).
 func extraCommands(rec [][]string) [][]string {
 	src := func(name string) string {
 		var out string
@@ -182,6 +194,17 @@ func extraCommands(rec [][]string) [][]string {
 		out = append(out, []string{"zadd", "x:z", "1", "m"})
 		out = append(out, []string{"eval", s, "1", "x:z", "v", "1000", "0"}) // WRONGTYPE under pcall: someone else's
 	}
+	// A force release of a key of another type under the lock's name ("x": WRONGTYPE).
+	fk := []string{"x:f", "x:f\x00writer", "x:f\x00readturn", "x:f\x00readers"}
+	out = append(out, []string{"zadd", "x:f", "1", "m"})
+	if s := src("force read"); s != "" {
+		out = append(out, append([]string{"eval", s, "4"}, fk...))
+	}
+	if s := src("force release"); s != "" {
+		out = append(out, append(append([]string{"eval", s, "4"}, fk...), "x:f\x00released", "sx", "", "", "0"))
+		out = append(out, append(append([]string{"eval", s, "4"}, fk...), "x:f\x00released", "x", "", "", "0"))
+		out = append(out, []string{"zcard", "x:f"})
+	}
 	return out
 }
 
@@ -203,7 +226,22 @@ func agree(args []string, real, got reply, slack time.Duration) string {
 	if cmd == "TIME" {
 		return agreeTime(real, got, slack)
 	}
+	if scriptOf(args) == "force read" {
+		sortEntries(real)
+		sortEntries(got)
+	}
 	return agreeValue(real, got, slack)
+}
+
+// sortEntries puts the reader entries of a force release's read ({lock, mark, turn, n,
+// n entries, places...}) in one order: ZRANGE orders them by expiry, which each side
+// reads from its own clock, so two entries a millisecond apart may come in either order.
+func sortEntries(r reply) {
+	if r.kind != '*' || len(r.arr) < 4 || r.arr[3].kind != ':' || int64(len(r.arr)) < 4+r.arr[3].i {
+		return
+	}
+	e := r.arr[4 : 4+r.arr[3].i]
+	sort.Slice(e, func(i, j int) bool { return e[i].s < e[j].s })
 }
 
 func agreeValue(real, got reply, slack time.Duration) string {

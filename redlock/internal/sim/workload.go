@@ -192,17 +192,23 @@ func (wl *workload) judgeWait(who string, start time.Time, took, wait, cancelAt 
 func (wl *workload) hold(ci int, who string, r role, locks []*redlock.Lock, rng *rand.Rand, asked time.Time) {
 	g := wl.g
 	ttl := wl.p.ttl
-	holders := make([]*holder, 0, len(locks))
+	holders := make([]*holder, 0, len(locks)) // those entered
+	all := make([]*holder, 0, len(locks))     // every lock, entered or not: each may be handed on
 	entered := true
 	for _, l := range locks {
 		i := l.Info()
-		h := &holder{l: l, client: ci, asked: asked, key: i.Key, who: who, kind: r.kind, limit: limitN, set: r.set, fencing: r.fence, token: l.Token(), handed: i.Handed}
+		h := &holder{l: l, client: ci, asked: asked, key: i.Key, who: who, kind: r.kind, limit: limitN, set: r.set, fencing: r.fence, token: l.Token(), handed: i.Handed,
+			attempts: i.Attempts, entered: time.Now()}
+		all = append(all, h)
 		if r.set && (i.Validity <= 0 || i.Err != nil) && trusted(locks[0]) {
 			g.violation("all or none", "%s: AcquireAll returned %q with validity %v, err %v", who, i.Key, i.Validity, i.Err)
 		}
+		if !entered {
+			continue // one lock of a set was not trusted: the set is not entered
+		}
 		if !g.enter(h) {
 			entered = false
-			break
+			continue
 		}
 		holders = append(holders, h)
 	}
@@ -242,6 +248,8 @@ func (wl *workload) hold(ci int, who string, r role, locks []*redlock.Lock, rng 
 	}
 	for _, h := range holders {
 		g.exit(h)
+	}
+	for _, h := range all {
 		g.released(h)
 	}
 	handOver := r.kind == kindExclusive && rng.IntN(2) == 0
@@ -302,7 +310,8 @@ func (wl *workload) joinUnderForce(ci int, who string, r role, first *holder, d 
 		if l.Info().Attempts == 0 {
 			wl.joins.Add(1) // it shared the first reader's entry (readgroup.go)
 		}
-		h := &holder{l: l, client: ci, asked: asked, key: first.key, who: who + "/joiner", kind: kindShared, fencing: r.fence, token: l.Token()}
+		h := &holder{l: l, client: ci, asked: asked, key: first.key, who: who + "/joiner", kind: kindShared, fencing: r.fence, token: l.Token(),
+			attempts: l.Info().Attempts}
 		if wl.g.enter(h) {
 			// Held a while: another client's writer, woken by the force's notice, takes
 			// the key meanwhile if the joiner kept trusting an entry the force deleted.

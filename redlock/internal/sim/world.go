@@ -475,7 +475,8 @@ func (w *World) gc(ci int, until time.Time) {
 	}
 }
 
-// isForce reports whether a command runs the force-release script (by its text).
+// isForce reports whether a command runs a force release's delete (by its script's text:
+// the one that sends the 'force' notice; its read step deletes nothing).
 func (w *World) isForce(args []string) bool {
 	switch strings.ToUpper(args[0]) {
 	case "EVAL":
@@ -500,7 +501,7 @@ func (w *World) isForce(args []string) bool {
 }
 
 func isForceSrc(src string) bool {
-	return strings.HasPrefix(strings.TrimSpace(src), "local n = redis.call('DEL', KEYS[1])")
+	return strings.Contains(src, "redis.call('PUBLISH', ARGV[1], 'force')")
 }
 
 // draw is the link's random number for what (a small constant) at instant t.
