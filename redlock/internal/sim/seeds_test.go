@@ -36,7 +36,11 @@ var regressionSeeds = []struct {
 	{363479123125, "a writer whose round raced another client's force release, below the writer that came after it"},
 	// Two holders: a late client met a node restarted in the schedule's first seconds,
 	// which by whole-second uptimes looked started together with the others: a fresh
-	// start needs one client's marks too (voting.go, "Fresh start").
+	// start needs one client's marks too (voting.go, "Fresh start"). Each failed with the
+	// marks check taken out until the simulation's events were ordered per connection
+	// (2521966); since then they give other schedules, and 1438 schedules with the check
+	// taken out found nothing: TestNodeRestartedAfterAFreshStartIsHeldBack (real Redis)
+	// is what holds this fix now.
 	{363479122988, "a node restarted at 1.9 s voted for a client started at 2.0 s (found by CI)"},
 	{144522393591, "a node restarted at 0.26 s voted for a client started at 0.39 s"},
 	{799242708204, "a node restarted voted for a late client as part of a fresh start"},
