@@ -123,6 +123,7 @@ func youngUntilOf(f nodeFacts, q time.Duration, now time.Time) time.Time {
 
 // freshStartOf reports whether node f started together with a quorum of nodes that are
 // still young themselves (f included when among them, as far as this client has seen them).
+// It reads only the facts' start times.
 func freshStartOf(f nodeFacts, nodes []nodeFacts, quorum int, q time.Duration, now time.Time) bool {
 	s := f.startedAt
 	if s.IsZero() {
@@ -143,9 +144,7 @@ func (n *node) facts() nodeFacts {
 	n.mu.Lock()
 	f := n.factsLocked()
 	n.mu.Unlock()
-	if s := n.startedAt.Load(); s != 0 {
-		f.startedAt = time.Unix(0, s)
-	}
+	f.startedAt = n.startedAtTime()
 	return f
 }
 
@@ -192,8 +191,30 @@ func (n *node) quarantinedUntil(now time.Time) time.Time {
 
 // freshStart reports whether young node n started together with a majority of the nodes
 // that are still young themselves (n included, as far as this client has seen them).
+// freshStartOf reads only start times, so only those are gathered: no node's mutex is
+// taken, and for up to startFactsBuf nodes nothing is allocated (every acquire reply
+// from a young node is judged here, several times per round).
 func (c *Client) freshStart(n *node) bool {
-	return freshStartOf(n.facts(), c.allFacts(), c.quorum, c.quarantine(), time.Now())
+	var buf [startFactsBuf]nodeFacts
+	nodes := buf[:0]
+	if len(c.nodes) > len(buf) {
+		nodes = make([]nodeFacts, 0, len(c.nodes))
+	}
+	for _, o := range c.nodes {
+		nodes = append(nodes, nodeFacts{startedAt: o.startedAtTime()})
+	}
+	return freshStartOf(nodeFacts{startedAt: n.startedAtTime()}, nodes, c.quorum, c.quarantine(), time.Now())
+}
+
+// startFactsBuf is how many nodes freshStart gathers on the stack.
+const startFactsBuf = 16
+
+// startedAtTime is the node's startedAt as a time, zero while unknown.
+func (n *node) startedAtTime() time.Time {
+	if s := n.startedAt.Load(); s != 0 {
+		return time.Unix(0, s)
+	}
+	return time.Time{}
 }
 
 // votes reports whether an acquire reply is a vote: a grant, unless it came from a node
