@@ -2,6 +2,7 @@ package transport
 
 import (
 	"context"
+	"errors"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -38,6 +39,12 @@ type batcher struct {
 	queue  []*call
 	closed bool
 	wake   chan struct{}
+	// conn is the flusher's own connection (only the flusher touches it), taken from the
+	// client's pool once and kept while it works: a pool get per batch costs a
+	// non-blocking read (go-redis's health check of a pooled connection) and the pool's
+	// bookkeeping on every batch. Once it fails, it is closed and the next batch takes
+	// another (exec).
+	conn *redis.Conn
 
 	batches, sent atomic.Int64 // pipelines and calls sent, for tests and benchmarks
 }
@@ -145,6 +152,10 @@ func (b *batcher) run(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			b.close(b.nd.cfg.Closed)
+			if b.conn != nil {
+				b.conn.Close()
+				b.conn = nil
+			}
 			return
 		case <-b.wake:
 		}
@@ -213,12 +224,11 @@ func (b *batcher) send(ctx context.Context, batch []*call) {
 			earliest = c.deadline
 		}
 	}
-	ctx, cancel := context.WithDeadline(ctx, earliest)
-	defer cancel()
+	ctx = deadlineCtx{ctx, earliest}
 	b.batches.Add(1)
 	b.sent.Add(int64(len(batch)))
 	b.exec(ctx, batch, false)
-	if retry := noScriptRetry(batch); len(retry) > 0 && ctx.Err() == nil {
+	if retry := noScriptRetry(batch); len(retry) > 0 && time.Now().Before(earliest) {
 		b.exec(ctx, retry, true)
 	}
 	for _, c := range batch {
@@ -229,7 +239,10 @@ func (b *batcher) send(ctx context.Context, batch []*call) {
 // exec sends calls in one pipeline and stores each reply in the call; scripts go as
 // EVALSHA, or as EVAL with full.
 func (b *batcher) exec(ctx context.Context, calls []*call, full bool) {
-	pipe := b.nd.client.Pipeline()
+	if b.conn == nil {
+		b.conn = b.nd.client.Conn()
+	}
+	pipe := b.conn.Pipeline()
 	for _, c := range calls {
 		if full {
 			c.reply = pipe.Eval(ctx, c.cmd.script.src, c.cmd.keys, c.cmd.argv...)
@@ -239,13 +252,29 @@ func (b *batcher) exec(ctx context.Context, calls []*call, full bool) {
 		_ = pipe.Process(ctx, c.reply) // queued: the reply comes with Exec
 	}
 	_, execErr := pipe.Exec(ctx) // per-command errors are in the replies...
+	bad := false
 	for _, c := range calls {
 		if c.reply.Err() == nil && c.reply.Val() == nil && execErr != nil {
 			// ...except when the connection could not be set up (WRONGPASS, NOAUTH):
 			// go-redis then returns the error from Exec only.
 			c.reply.SetErr(execErr)
+			bad = true
 		}
+		bad = bad || (c.reply.Err() != nil && !isRedisError(c.reply.Err()))
 	}
+	if bad {
+		// The connection failed (a timeout, a reset, a refused dial, a failed hello):
+		// go-redis marked it bad, and closing it takes it out of the pool. The next batch
+		// takes another. An error reply (NOSCRIPT, OOM) leaves it as good as it was.
+		b.conn.Close()
+		b.conn = nil
+	}
+}
+
+// isRedisError reports whether err is an error reply of the server (NOSCRIPT, OOM, ...).
+func isRedisError(err error) bool {
+	var re redis.Error
+	return errors.As(err, &re)
 }
 
 // noScriptRetry lists, in order, what must go again with the scripts' text: the
@@ -276,3 +305,14 @@ func (b *batcher) close(err error) {
 		c.fail(err)
 	}
 }
+
+// deadlineCtx is a batch's context: its parent's values and cancellation with the
+// batch's deadline, which go-redis turns into the connection's read and write deadlines
+// (Options.ContextTimeoutEnabled). Nothing waits for the deadline on Done: unlike
+// context.WithDeadline it needs no timer, child registration or cancel per batch.
+type deadlineCtx struct {
+	context.Context
+	deadline time.Time
+}
+
+func (c deadlineCtx) Deadline() (time.Time, bool) { return c.deadline, true }
