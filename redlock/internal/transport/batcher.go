@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -58,7 +59,21 @@ type Command struct {
 	script *Script
 	keys   []string
 	argv   []any
-	args   []any // as sent: evalsha sha numkeys keys... argv... (or eval text ...), or argv
+	args   []any    // as sent: evalsha sha numkeys keys... argv... (or eval text ...), or argv
+	then   *Command // sent behind it on the same connection (Then)
+}
+
+// Then makes after go behind c on the same connection, in the same pipeline, and c's
+// Reply carry after's (Reply.Then). A pipeline sends each distinct after (by pointer) once,
+// behind every call of the pipeline that names it: commands that share one after (a read
+// that must follow them, such as the data marker's GET behind plain SETs) pay for it once
+// per batch, not once per call. after must be a plain command (no script) without a then
+// of its own. Without pipelining, c and after go in a pipeline of their own. Redis runs a
+// connection's commands one at a time in the order they were sent, so after runs once c
+// has run. It returns c.
+func (c *Command) Then(after *Command) *Command {
+	c.then = after
+	return c
 }
 
 // NewCommand builds the command that runs script (nil: the plain command argv) with
@@ -84,6 +99,7 @@ type call struct {
 	cmd      *Command
 	deadline time.Time
 	reply    *redis.Cmd // set once sent
+	then     *Reply     // the reply of cmd.then, sent behind it (shared by the pipeline's calls)
 	// deliver receives the reply exactly once, on the flusher goroutine (or on the
 	// submitter's, once the node is closed). It must not block.
 	deliver func(Reply)
@@ -138,6 +154,18 @@ func (n *Node) Call(ctx context.Context, cmd *Command, deliver func(Reply)) {
 		// bounded by its deadline.
 		cctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), deadline)
 		defer cancel()
+		if cmd.then != nil {
+			rs, err := n.Pipeline(cctx, cmd.args, cmd.then.args)
+			for i := range rs {
+				if rs[i].err == nil && rs[i].val == nil && err != nil {
+					rs[i].err = err // the connection could not be set up (as in exec)
+				}
+			}
+			r := rs[0]
+			r.then = &rs[1]
+			deliver(r)
+			return
+		}
 		if cmd.script == nil {
 			deliver(n.Do(cctx, cmd.argv...))
 			return
@@ -232,7 +260,9 @@ func (b *batcher) send(ctx context.Context, batch []*call) {
 		b.exec(ctx, retry, true)
 	}
 	for _, c := range batch {
-		c.deliver(replyOf(c.reply))
+		r := replyOf(c.reply)
+		r.then = c.then
+		c.deliver(r)
 	}
 }
 
@@ -251,6 +281,17 @@ func (b *batcher) exec(ctx context.Context, calls []*call, full bool) {
 		c.reply = redis.NewCmd(ctx, c.cmd.args...)
 		_ = pipe.Process(ctx, c.reply) // queued: the reply comes with Exec
 	}
+	// Each distinct Then once, behind every call of this pipeline (Command.Then). A
+	// batch has one or two: a linear search beats a map.
+	var thens []*Command
+	var thenCmds []*redis.Cmd
+	for _, c := range calls {
+		if c.cmd.then != nil && !slices.Contains(thens, c.cmd.then) {
+			tc := redis.NewCmd(ctx, c.cmd.then.args...)
+			_ = pipe.Process(ctx, tc)
+			thens, thenCmds = append(thens, c.cmd.then), append(thenCmds, tc)
+		}
+	}
 	_, execErr := pipe.Exec(ctx) // per-command errors are in the replies...
 	bad := false
 	for _, c := range calls {
@@ -261,6 +302,18 @@ func (b *batcher) exec(ctx context.Context, calls []*call, full bool) {
 			bad = true
 		}
 		bad = bad || (c.reply.Err() != nil && !isRedisError(c.reply.Err()))
+	}
+	for i, tc := range thenCmds {
+		if tc.Err() == nil && tc.Val() == nil && execErr != nil {
+			tc.SetErr(execErr)
+		}
+		bad = bad || (tc.Err() != nil && !isRedisError(tc.Err()))
+		r := replyOf(tc)
+		for _, c := range calls {
+			if c.cmd.then == thens[i] {
+				c.then = &r
+			}
+		}
 	}
 	if bad {
 		// The connection failed (a timeout, a reset, a refused dial, a failed hello):

@@ -3,6 +3,8 @@ package transport
 import (
 	"context"
 	"errors"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -359,6 +361,69 @@ func TestParseURL(t *testing.T) {
 			t.Errorf("%q accepted", raw)
 		} else if strings.Contains(err.Error(), "secret") {
 			t.Errorf("%q: error shows the password: %v", raw, err)
+		}
+	}
+}
+
+// A command's Then runs behind it on the same connection, once per pipeline whatever the
+// number of calls that name it, and each call's Reply carries its reply: every call
+// pushes its number on a list and its Then reads the list, which must hold that number
+// (the read ran after the push); the reads number the pipelines. Without pipelining the
+// two go in a pipeline of their own.
+func TestThenRunsBehindItsCallsOncePerPipeline(t *testing.T) {
+	srv := redistest.StartN(t, 1)[0]
+	for _, pipelining := range []bool{true, false} {
+		ss, _, _ := testScripts()
+		cfg := testConfig(ss)
+		cfg.Pipelining = pipelining
+		n := newTestNode(t, srv, cfg)
+		list := "then-list-" + map[bool]string{true: "p", false: "np"}[pipelining]
+		read := NewCommand(nil, nil, "lrange", list, 0, -1)
+		rc := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+		defer rc.Close()
+		if err := rc.ConfigResetStat(context.Background()).Err(); err != nil {
+			t.Fatal(err)
+		}
+		const calls = 200
+		var wg sync.WaitGroup
+		for i := range calls {
+			wg.Go(func() {
+				done := make(chan Reply, 1)
+				n.Call(context.Background(), NewCommand(nil, nil, "rpush", list, i).Then(read), func(r Reply) { done <- r })
+				r := <-done
+				if err := r.Err(); err != nil {
+					t.Errorf("call %d: %v", i, err)
+					return
+				}
+				got, err := r.Then().StringSlice()
+				if err != nil {
+					t.Errorf("call %d: Then: %v", i, err)
+					return
+				}
+				if !slices.Contains(got, strconv.Itoa(i)) {
+					t.Errorf("call %d: Then read %v, without the call's own push: it ran before the call", i, got)
+				}
+			})
+		}
+		wg.Wait()
+		info, err := rc.Info(context.Background(), "commandstats").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		reads := 0
+		for _, line := range strings.Split(info, "\n") {
+			if rest, ok := strings.CutPrefix(line, "cmdstat_lrange:calls="); ok {
+				reads, _ = strconv.Atoi(rest[:strings.IndexByte(rest, ',')])
+			}
+		}
+		batches, sent := n.Batches()
+		switch {
+		case pipelining && (int64(reads) != batches || sent != calls):
+			t.Errorf("pipelining: %d reads for %d pipelines of %d calls, want one per pipeline", reads, batches, sent)
+		case pipelining && batches == calls:
+			t.Logf("pipelining: no two calls shared a pipeline (a slow box): once per pipeline is all this run shows")
+		case !pipelining && reads != calls:
+			t.Errorf("no pipelining: %d reads for %d calls, want one each", reads, calls)
 		}
 	}
 }
