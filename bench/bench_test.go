@@ -45,14 +45,21 @@ func TestOvertakeCounts(t *testing.T) {
 }
 
 func TestCmdCount(t *testing.T) {
-	// 2 requests on 5 nodes: the acquire script (SET, and GET of the data marker, inside)
-	// and the release script (GET, DEL, PUBLISH inside); reads: the pipelining depth.
-	c := newCmdCount(map[string]int64{"evalsha": 20, "get": 20, "set": 10, "del": 10, "publish": 10, readsKey: 4}, 2, redlockInner)
+	// 2 requests with fencing on 5 nodes: the acquire script (SET, and GET of the data
+	// marker, inside) and the release script (GET, DEL, PUBLISH inside); reads: the
+	// pipelining depth.
+	c := newCmdCount(map[string]int64{"evalsha": 20, "get": 20, "set": 10, "del": 10, "publish": 10, readsKey: 4}, 2, redlockFencingInner)
 	if c.TopLevel != 10 || c.Calls != 35 || c.Reads != 2 || c.depth() != "5.0" {
 		t.Fatalf("redlock: %+v", c)
 	}
 	if !strings.HasPrefix(c.short(), "evalsha 10.0, get 10.0, del 5.0") {
 		t.Fatalf("short = %q", c.short())
+	}
+	// Without fencing: a plain SET NX PX per node (a first try), the marker's GET behind
+	// the SETs of each pipeline (here 2 per node), the release script (GET, DEL, PUBLISH).
+	c = newCmdCount(map[string]int64{"evalsha": 10, "get": 14, "set": 10, "del": 10, "publish": 10, readsKey: 4}, 2, redlockInner)
+	if c.TopLevel != 10 {
+		t.Fatalf("redlock without fencing: %+v", c)
 	}
 	c = newCmdCount(map[string]int64{"evalsha": 5, "get": 5, "set": 5, "del": 5}, 1, redsyncInner)
 	if c.TopLevel != 10 {

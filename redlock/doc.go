@@ -70,8 +70,9 @@
 // # Protocol
 //
 // Acquire sends one command (the acquire script: SET key value NX PX ttl, which also lets
-// a retry take over its own earlier attempt's value and reads the node's data marker) to
-// all nodes at once, each call bounded by node_timeout, and returns as soon as the outcome is known. The
+// a retry take over its own earlier attempt's value and reads the node's data marker; or,
+// for a first try, the plain SET NX PX with the marker's GET behind it) to all nodes at
+// once, each call bounded by node_timeout, and returns as soon as the outcome is known. The
 // lock is held iff a quorum (N/2+1) granted it and validity = ttl - elapsed - drift > 0, with
 // drift = ttl*drift_factor + 2ms and elapsed read from the monotonic clock. A failed round
 // is released on every node that may hold our value, and the next try waits for a release
@@ -215,6 +216,25 @@
 // and a grant with the marker gone or changed since B's last reading is no vote and
 // quarantines x at once (grantHolds; TestFlushWindowTwoHolders). A grant by x after
 // the loss is therefore never counted by a client that read x's marker before it.
+//
+// The first try of a writer that may wait, without fencing, to a node that cannot evict
+// is not the script but a plain SET NX PX with the marker's GET behind it, on the same
+// connection and in the same pipeline; one GET serves every such SET of the pipeline
+// (sendRound, transport's Command.Then). Claim: such a grant proves what a script's
+// grant proves, that x had lost nothing since B's last reading of its marker when it
+// granted the SET. A node is one server (proxies that spread one connection's commands
+// over several servers are no node, as a Cluster is none), and a server runs the
+// commands of one connection one at a time, in the order they were sent: the GET ran
+// after the SET (TestThenRunsBehindItsCallsOncePerPipeline). A loss before the SET took
+// the marker (a loss that spares it is an eviction, and a node that may evict gets the
+// script, with its eviction count), so the later GET reads it gone or re-created: no
+// vote, as with the script. A loss between the SET and the GET is seen the same way (no
+// vote for a grant that was good: liveness lost, once). A health check of B between the
+// two that reads the re-created marker has B see the loss itself, and grantHolds judges
+// the grant against the hold-back of a loss seen and the marker in one step, in either
+// order the replies come: no vote. A restart closes the connection, so the GET cannot
+// run on the restarted server: the call fails, no vote. A loss after the GET is a loss
+// after the grant, as with the script. TestFlushWindowTwoHolders runs both ways.
 //
 // Having seen the loss in a grant, B forgets x's marker (the next reading is a first
 // sight, dated by its age) and has none to check x's grants against until it reads the

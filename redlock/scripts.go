@@ -30,7 +30,10 @@ import "github.com/caddy-redlock/caddy-redlock/redlock/internal/transport"
 // then delete it, freeing the node under the holder. Busy returns {0, PTTL}. A free key
 // is taken with SET NX first (one call: the usual case); only a taken one is read. Every
 // grant also returns the node's data marker (markerLua, dataloss.go) and, from a node
-// that may evict, its eviction count (evictionsLua).
+// that may evict, its eviction count (evictionsLua). The first try of a writer that may
+// wait, without fencing, does without the script: a plain SET NX PX with the marker's GET
+// behind it (sendRound, doc.go); a busy answer then has no PTTL, and a writer refused by
+// readers leaves its mark from its second try (it retries at once, once subscribed).
 //
 // A key of another type under the lock's name (another client's lock, e.g. Redisson's
 // hash) makes GET fail with WRONGTYPE: pcall turns that into "held by someone else", as
