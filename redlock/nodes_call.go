@@ -3,6 +3,7 @@ package redlock
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -57,10 +58,14 @@ func (c *Client) releaseOnNodes(ctx context.Context, nm names, value string, ski
 		cmd = transport.NewCommand(readReleaseScript, []string{nm.lock, nm.counter, nm.writer, nm.readers}, value, nm.channel, c.id)
 	case nm.turn != "":
 		// Readers that waited for this writer get their turn (scripts.go, doc.go).
-		cmd = transport.NewCommand(releaseScript, []string{nm.lock, nm.turn}, value, nm.channel, c.id, c.readersTurn().Milliseconds(),
+		cmd = transport.NewCommand(releaseScript, []string{nm.lock, nm.turn}, value, c.id, c.readersTurn().Milliseconds(),
 			c.readersTurnMax().Milliseconds())
+	case !strings.HasPrefix(nm.channel, nm.lock) || nm.channel[len(nm.lock):] != channelSuffix:
+		// A place of a limited key: its waiters listen on the key's channel.
+		cmd = transport.NewCommand(releaseScript, []string{nm.lock}, value, c.id, nm.channel)
 	default:
-		cmd = transport.NewCommand(releaseScript, []string{nm.lock}, value, nm.channel, c.id)
+		// A lock with no readers' turn to give.
+		cmd = transport.NewCommand(releaseScript, []string{nm.lock}, value, c.id)
 	}
 	t := &releaseTally{left: sent, quorum: c.quorum, own: own, done: make(chan struct{})}
 	c.pending.add(sent)
