@@ -35,6 +35,9 @@ func (c *Client) acquire(ctx context.Context, key string, o AcquireOptions, seve
 	k := &contention{c: c, ctx: ctx, waitCtx: waitCtx, key: key, ttl: ttl, fencing: o.Fencing, start: start,
 		mode: modeOf(o, several), slots: []names{c.names(key)}}
 	k.slots[0].shared = o.Shared
+	if o.NoReaders && !o.Shared {
+		k.slots[0].turn = "" // its release gives no readers' turn
+	}
 	if o.Limit > 1 {
 		k.slots = c.slotNames(key, o.Limit)
 	}

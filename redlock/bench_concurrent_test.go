@@ -19,8 +19,8 @@ import (
 // Many concurrent acquire+release pairs on unique keys, N=5: what a busy proxy does. The
 // CPU figures are what limits throughput on a small box: this process's CPU per lock and
 // the 5 redis-servers' CPU per lock. Pipelining on and off run side by side; the wait rows
-// are what the proxy does (a wait ahead: the first try is a plain SET NX PX), with and
-// without fencing.
+// are what the proxy does (a wait ahead: the first try is a plain SET NX PX; no handler
+// takes keys shared: NoReaders), with and without fencing.
 func BenchmarkConcurrentUniqueKeys(b *testing.B) {
 	servers := redistest.StartN(b, 5)
 	for _, v := range []struct {
@@ -48,7 +48,7 @@ func BenchmarkConcurrentUniqueKeys(b *testing.B) {
 			b.ResetTimer()
 			b.RunParallel(func(pb *testing.PB) {
 				for pb.Next() {
-					l, err := c.Acquire(ctx, prefix+strconv.FormatInt(seq.Add(1), 10), AcquireOptions{Wait: v.wait, Fencing: v.fencing})
+					l, err := c.Acquire(ctx, prefix+strconv.FormatInt(seq.Add(1), 10), AcquireOptions{Wait: v.wait, Fencing: v.fencing, NoReaders: v.wait > 0})
 					if err != nil {
 						b.Error(err)
 						return

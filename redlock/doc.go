@@ -372,7 +372,11 @@
 // turn); their wait is bounded only by the writers' coming to an end. A writer's wait
 // grows by at most the longer turn. Also not covered: a local handoff between two writers
 // of one process does not go through Redis, so readers of another process may wait for
-// up to HandoffLimit such handoffs (handoff.go), as before.
+// up to HandoffLimit such handoffs (handoff.go), as before; and the release of a writer
+// taken with AcquireOptions.NoReaders (a key its caller says nobody takes shared; the
+// plugin sets it where no handler takes keys shared on those nodes and prefix) does not
+// look for the mark at all, so readers of such a key wait for the writers' coming to
+// an end.
 //
 // Other Redlock clients (redsync, node-redlock) see the marker as somebody's lock: their
 // exclusive locks exclude our readers and writers both ways. They cannot take the key

@@ -64,7 +64,7 @@ func (c *Client) releaseOnNodes(ctx context.Context, nm names, value string, ski
 		// A place of a limited key: its waiters listen on the key's channel.
 		cmd = transport.NewCommand(releaseScript, []string{nm.lock}, value, c.id, nm.channel)
 	default:
-		// A lock with no readers' turn to give.
+		// No readers' turn to give (AcquireOptions.NoReaders).
 		cmd = transport.NewCommand(releaseScript, []string{nm.lock}, value, c.id)
 	}
 	t := &releaseTally{left: sent, quorum: c.quorum, own: own, done: make(chan struct{})}

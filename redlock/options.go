@@ -195,4 +195,10 @@ type AcquireOptions struct {
 	// distributed concurrency limit, limit.go); 0 or 1 is a mutex. At most MaxLimit; not
 	// with Shared.
 	Limit int
+	// NoReaders says that no client takes this key Shared, for an exclusive lock: its
+	// release then does not look for readers waiting for their turn (doc.go, "Shared
+	// locks"), one read less on every node. Readers of a key whose writers set it still
+	// get the key, but only once those writers leave it free: their wait is then bounded
+	// by the writers' coming to an end. Ignored with Shared.
+	NoReaders bool
 }

@@ -58,3 +58,53 @@ func TestReleaseNoticeOnTheKeysChannel(t *testing.T) {
 		t.Fatalf("place's notice %#v, want it on the key's channel %q", msg, nm.channel)
 	}
 }
+
+// A writer's release gives readers that marked themselves as waiting their turn (the
+// mark becomes "t", then lapses with the turn); one taken with NoReaders does not look
+// for the mark: it keeps the turn the reader asked for, and the reader still gets the key
+// once it is free.
+func TestNoReadersReleaseGivesNoTurn(t *testing.T) {
+	for _, noReaders := range []bool{false, true} {
+		servers := redistest.StartN(t, 3)
+		w := newTestClient(t, servers, notifyOptions())
+		r := newTestClient(t, servers, notifyOptions())
+		ctx := context.Background()
+		held := mustAcquire(t, w, "doc", AcquireOptions{NoReaders: noReaders})
+		got := make(chan error, 1)
+		go func() {
+			l, err := r.Acquire(ctx, "doc", AcquireOptions{Shared: true, Wait: 5 * time.Second})
+			if err == nil {
+				err = l.Release(ctx)
+			}
+			got <- err
+		}()
+		nm := w.names("doc")
+		marks := func(want func(string) bool) bool {
+			n := 0
+			for _, s := range servers {
+				rc := redis.NewClient(&redis.Options{Addr: s.Addr()})
+				v, _ := rc.Get(ctx, nm.turn).Result()
+				rc.Close()
+				if want(v) {
+					n++
+				}
+			}
+			return n >= 2
+		}
+		eventually(t, "the refused reader's mark on a majority", func() bool {
+			return marks(func(v string) bool { return v != "" && v != "t" })
+		})
+		if err := held.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-got; err != nil {
+			t.Fatalf("noReaders %v: reader: %v", noReaders, err)
+		}
+		// The turn turned the mark into "t" for the turn's length (then it lapses); without
+		// one the reader's ask stays for the mark's own life (writerMarkTTL: seconds).
+		asked := marks(func(v string) bool { return v != "" && v != "t" })
+		if asked != noReaders {
+			t.Errorf("noReaders %v: the readers' mark still asks for a turn: %v", noReaders, asked)
+		}
+	}
+}

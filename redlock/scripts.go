@@ -347,7 +347,7 @@ return set
 // readers woken by the notice go in before any writer (doc.go, "Shared locks"). The turn
 // is ARGV[3], or the longest the waiting readers asked for (the mark's value) up to
 // ARGV[4]. The marker holds nothing: it lapses, or the readers' scripts give it their
-// entries' expiry.
+// entries' expiry. A lock taken with AcquireOptions.NoReaders does not look for the mark.
 var releaseScript = newScript(`
 if redis.pcall('GET', KEYS[1]) == ARGV[1] then
   redis.call('DEL', KEYS[1])
