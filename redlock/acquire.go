@@ -472,6 +472,7 @@ func (c *Client) tryOnce(ctx context.Context, nm names, a try) attemptResult {
 // sendRound sends one acquire to every node that may vote, at once.
 func (c *Client) sendRound(ctx context.Context, nm names, a try, start time.Time) *round {
 	rd := newRound(c)
+	rd.sent = time.Now()
 	value := a.value()
 	// The first try of a writer without fencing that may wait goes as a plain SET NX PX,
 	// with the data marker's GET behind it on the same connection (doc.go, "Data loss
@@ -520,19 +521,15 @@ func (c *Client) sendRound(ctx context.Context, nm names, a try, start time.Time
 			continue
 		}
 		evict := nd.canEvict.Load()
-		cmd, parse := plainCmd, plainReply
-		if !plain || evict {
-			cmd, parse = scriptCmd(evict), scriptReply
+		cmd, kind := plainCmd, sentPlain
+		switch {
+		case evict:
+			cmd, kind = scriptCmd(true), sentEvict
+		case !plain:
+			cmd, kind = scriptCmd(false), sentScript
 		}
-		t0 := time.Now()
-		nd.tr.Call(ctx, cmd, func(r transport.Reply) {
-			rep := parse(r)
-			nd.record("acquire", time.Since(t0), rep.err)
-			if evict && rep.ok && rep.evicted < 0 {
-				nd.warnNoEvictions()
-			}
-			rd.add(acquireReply(i, nd, rep))
-		})
+		rd.kinds[i] = kind
+		nd.tr.Send(ctx, cmd, rd, i)
 	}
 	return rd
 }

@@ -65,7 +65,7 @@
 // under them (a Lock's context is cancelled under Lock.mu, and context.AfterFunc
 // callbacks run on their own goroutines). So are the transport's (transport.Node.mu,
 // probeState.mu, batcher.mu, Subscription.mu): it calls back into redlock (Observe,
-// Heard, a call's deliver, a notice) with none of them held.
+// Heard, a round's or a release's Deliver, a notice) with none of them held.
 //
 // # Protocol
 //

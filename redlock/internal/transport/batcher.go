@@ -40,6 +40,11 @@ type batcher struct {
 	queue  []*call
 	closed bool
 	wake   chan struct{}
+	// free holds calls delivered and done with, for submit to reuse (guarded by mu), and
+	// spare the array of the last batch sent, for the queue to reuse (the flusher's): on
+	// the hot path of every lock, a call costs no allocation of its own.
+	free  []*call
+	spare []*call
 	// conn is the flusher's own connection (only the flusher touches it), taken from the
 	// client's pool once and kept while it works: a pool get per batch costs a
 	// non-blocking read (go-redis's health check of a pooled connection) and the pool's
@@ -94,20 +99,32 @@ func NewCommand(script *Script, keys []string, argv ...any) *Command {
 	return &Command{script: script, keys: keys, argv: argv, args: append(args, argv...)}
 }
 
+// A Sink receives the replies of calls (Node.Send): Deliver(i, r) exactly once per call,
+// with the index the call was sent with, on the flusher's goroutine (or on the sender's,
+// once the node is closed; on a goroutine of the call's own without pipelining). It must
+// not block. One value serves every node of a round: no closure per call.
+type Sink interface {
+	Deliver(i int, r Reply)
+}
+
+// deliverFunc is a Sink of one function, for Call.
+type deliverFunc func(Reply)
+
+func (f deliverFunc) Deliver(_ int, r Reply) { f(r) }
+
 // call is one node's share of a command, waiting for its batch.
 type call struct {
 	cmd      *Command
 	deadline time.Time
 	reply    *redis.Cmd // set once sent
 	then     *Reply     // the reply of cmd.then, sent behind it (shared by the pipeline's calls)
-	// deliver receives the reply exactly once, on the flusher goroutine (or on the
-	// submitter's, once the node is closed). It must not block.
-	deliver func(Reply)
+	sink     Sink       // receives the reply
+	i        int        // the index the sink gets with it
 }
 
 // fail answers c with err, unsent.
 func (c *call) fail(err error) {
-	c.deliver(Reply{err: err})
+	c.sink.Deliver(c.i, Reply{err: err})
 }
 
 // maxPipeline bounds one batch, so one pipeline never holds a node long.
@@ -135,20 +152,26 @@ func (n *Node) Batches() (batches, sent int64) {
 	return n.batch.batches.Load(), n.batch.sent.Load()
 }
 
-// Call sends cmd to the node and hands the reply to deliver, exactly once and by about
-// the node timeout (or ctx's deadline, if sooner): through the batcher when pipelining,
-// else on a connection and goroutine of its own. deliver must not block. The call is
-// not cancelled with ctx: a caller may stop waiting early (a release returns at a
-// quorum of deletes) while the rest must still reach their nodes.
+// Call is Send with a function for the reply.
 func (n *Node) Call(ctx context.Context, cmd *Command, deliver func(Reply)) {
+	n.Send(ctx, cmd, deliverFunc(deliver), 0)
+}
+
+// Send sends cmd to the node and hands the reply to sink with i, exactly once and by
+// about the node timeout (or ctx's deadline, if sooner): through the batcher when
+// pipelining, else on a connection and goroutine of its own. The call is not cancelled
+// with ctx: a caller may stop waiting early (a release returns at a quorum of deletes)
+// while the rest must still reach their nodes.
+func (n *Node) Send(ctx context.Context, cmd *Command, sink Sink, i int) {
 	deadline := time.Now().Add(n.cfg.NodeTimeout)
 	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
 		deadline = d
 	}
 	if n.batch != nil {
-		n.batch.submit(deadline, deliver, cmd)
+		n.batch.submit(deadline, sink, i, cmd)
 		return
 	}
+	deliver := func(r Reply) { sink.Deliver(i, r) }
 	go func() {
 		// Not cancelled with ctx: the batcher does not cancel sent calls either. Each is
 		// bounded by its deadline.
@@ -201,15 +224,21 @@ func (b *batcher) run(ctx context.Context) {
 	}
 }
 
-// submit queues cmd for the node; deliver gets the reply by deadline (see above).
-func (b *batcher) submit(deadline time.Time, deliver func(Reply), cmd *Command) {
-	c := &call{cmd: cmd, deadline: deadline, deliver: deliver}
+// submit queues cmd for the node; sink gets the reply by deadline (see above).
+func (b *batcher) submit(deadline time.Time, sink Sink, i int, cmd *Command) {
 	b.mu.Lock()
 	if b.closed {
 		b.mu.Unlock()
-		c.fail(b.nd.cfg.Closed)
+		sink.Deliver(i, Reply{err: b.nd.cfg.Closed})
 		return
 	}
+	var c *call
+	if n := len(b.free); n > 0 {
+		c, b.free = b.free[n-1], b.free[:n-1]
+	} else {
+		c = new(call)
+	}
+	*c = call{cmd: cmd, deadline: deadline, sink: sink, i: i}
 	b.queue = append(b.queue, c)
 	b.mu.Unlock()
 	select {
@@ -221,11 +250,11 @@ func (b *batcher) submit(deadline time.Time, deliver func(Reply), cmd *Command) 
 // take removes up to maxPipeline calls from the queue, failing those already expired.
 func (b *batcher) take() []*call {
 	b.mu.Lock()
-	n := min(len(b.queue), maxPipeline)
-	batch := b.queue[:n:n]
-	b.queue = b.queue[n:]
-	if len(b.queue) == 0 {
-		b.queue = nil
+	batch := b.queue
+	if len(batch) > maxPipeline {
+		batch, b.queue = batch[:maxPipeline:maxPipeline], batch[maxPipeline:]
+	} else {
+		b.queue, b.spare = b.spare[:0], nil // the last batch's array, done with
 	}
 	b.mu.Unlock()
 	now := time.Now()
@@ -262,7 +291,25 @@ func (b *batcher) send(ctx context.Context, batch []*call) {
 	for _, c := range batch {
 		r := replyOf(c.reply)
 		r.then = c.then
-		c.deliver(r)
+		c.sink.Deliver(c.i, r)
+	}
+	b.recycle(batch)
+}
+
+// recycle takes back a sent batch's calls, delivered and done with, and keeps its array
+// for the queue (flusher only).
+func (b *batcher) recycle(batch []*call) {
+	b.mu.Lock()
+	for i, c := range batch {
+		*c = call{}
+		if len(b.free) < maxPipeline {
+			b.free = append(b.free, c)
+		}
+		batch[i] = nil
+	}
+	b.mu.Unlock()
+	if cap(batch) <= maxPipeline {
+		b.spare = batch[:0]
 	}
 }
 

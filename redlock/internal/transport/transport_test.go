@@ -3,6 +3,7 @@ package transport
 import (
 	"context"
 	"errors"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -189,13 +190,14 @@ func TestBatcherNoScriptRetryKeepsOrder(t *testing.T) {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(time.Second)
-	mk := func(script *Script, keys []string, args ...any) *call {
-		return &call{cmd: NewCommand(script, keys, args...), deadline: deadline, deliver: func(Reply) {}}
+	var got replySink
+	mk := func(i int, script *Script, keys []string, args ...any) *call {
+		return &call{cmd: NewCommand(script, keys, args...), deadline: deadline, sink: &got, i: i}
 	}
-	acq := mk(set, []string{"noscript"}, "v1")
-	rel := mk(del, []string{"noscript"}, "v1")
+	acq := mk(0, set, []string{"noscript"}, "v1")
+	rel := mk(1, del, []string{"noscript"}, "v1")
 	n.batch.send(ctx, []*call{acq, rel})
-	if err := acq.reply.Err(); err != nil {
+	if err := got.replies[0].Err(); err != nil {
 		t.Fatalf("SET after the script was loaded: %v", err)
 	}
 	if r := n.Do(ctx, "get", "noscript"); !r.IsNil() {
@@ -427,3 +429,103 @@ func TestThenRunsBehindItsCallsOncePerPipeline(t *testing.T) {
 		}
 	}
 }
+
+// The batcher reuses its calls and its queue's arrays (free, spare): each call must get
+// its own reply, exactly once, whatever call and array carried it. In each wave the node
+// is paused while the senders queue more calls than one pipeline takes, then resumed
+// while they queue more: the backlog goes in several pipelines while new calls are
+// queued on reused arrays.
+func TestSendReusesCallsWithoutMixingReplies(t *testing.T) {
+	srv := redistest.StartN(t, 1)[0]
+	ss, _, _ := testScripts()
+	n := newTestNode(t, srv, testConfig(ss))
+	const waves, senders, each = 4, 4, 300
+	for w := range waves {
+		s := &echoSink{wave: w, want: senders * each, got: make([]int, senders*each), done: make(chan struct{})}
+		send := func(from, to int) {
+			var wg sync.WaitGroup
+			for g := range senders {
+				wg.Go(func() {
+					for k := from; k < to; k++ {
+						i := g*each + k
+						n.Send(context.Background(), NewCommand(nil, nil, "echo", strconv.Itoa(w)+"/"+strconv.Itoa(i)), s, i)
+						if k%16 == 0 {
+							runtime.Gosched()
+						}
+					}
+				})
+			}
+			wg.Wait()
+		}
+		if err := srv.Pause(); err != nil {
+			t.Fatal(err)
+		}
+		send(0, each/2)
+		if err := srv.Resume(); err != nil {
+			t.Fatal(err)
+		}
+		send(each/2, each)
+		select {
+		case <-s.done:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("wave %d: %d of %d replies", w, s.count(), s.want)
+		}
+		s.mu.Lock()
+		for i, c := range s.got {
+			if c != 1 {
+				t.Errorf("wave %d: call %d delivered %d times", w, i, c)
+			}
+		}
+		for _, e := range s.errs {
+			t.Errorf("wave %d: %s", w, e)
+		}
+		s.mu.Unlock()
+	}
+	batches, sent := n.Batches()
+	if sent != waves*senders*each {
+		t.Fatalf("%d calls sent in %d pipelines, want %d", sent, batches, waves*senders*each)
+	}
+	t.Logf("%d calls in %d pipelines", sent, batches)
+}
+
+// echoSink checks that call i's reply is ECHO's of its wave and i.
+type echoSink struct {
+	mu   sync.Mutex
+	wave int
+	want int
+	n    int
+	got  []int
+	errs []string
+	done chan struct{}
+}
+
+func (s *echoSink) Deliver(i int, r Reply) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	v, err := r.Text()
+	if err != nil || v != strconv.Itoa(s.wave)+"/"+strconv.Itoa(i) {
+		s.errs = append(s.errs, "call "+strconv.Itoa(i)+" got "+strconv.Quote(v)+" "+errString(err))
+	}
+	s.got[i]++
+	if s.n++; s.n == s.want {
+		close(s.done)
+	}
+}
+
+func (s *echoSink) count() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.n
+}
+
+func errString(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}
+
+// replySink keeps the replies it is given, by index (one goroutine: send's).
+type replySink struct{ replies [2]Reply }
+
+func (s *replySink) Deliver(i int, r Reply) { s.replies[i] = r }
