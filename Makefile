@@ -1,7 +1,7 @@
 # The README and docs/ name these targets; keep them in sync.
 GO ?= go
 
-.PHONY: test deps vet fuzz-short build demo demo-check bench bench-lib
+.PHONY: test deps vet fuzz-short build demo demo-check bench bench-lib sim
 
 ## test: what CI runs: formatting, vet (all three modules), the race-enabled test suite,
 ## short fuzz runs and the short chaos suite.
@@ -62,3 +62,11 @@ chaos:
 chaos-short:
 	$(GO) -C chaos test -race -count=1 ./...
 	$(GO) -C chaos run . -mode short
+
+## sim: the simulation of the lock core (redlock/internal/sim, docs/simulation.md): seeded
+## fault schedules on every core for SIM_TIME (default 5m); non-zero exit on any violation;
+## the last line is the summary (SIM schedules=N violations=V ...). SIM_SEED=n replays one
+## seed (SIM_TRACE=1 prints its trace); SIM_BEYOND=1 runs faults past the assumptions.
+sim:
+	@$(GO) build -o bin/simrun ./redlock/internal/sim/simrun
+	@bin/simrun

@@ -594,6 +594,8 @@ func TestAdminKeys(t *testing.T) {
 		// Gone on every node, and it stays gone: the aborted request's drain must not
 		// renew it back (renewals run every 500ms).
 		noKeysLeft(t, servers, "admk:/doc")
+		// A negative check, so a sleep: two renewal intervals pass (nothing marks that no
+		// renewal will come).
 		time.Sleep(1200 * time.Millisecond)
 		if left := lockKeysOn(t, servers, "admk:/doc"); len(left) != 0 {
 			t.Errorf("the key came back after the force release: %q", left)

@@ -23,7 +23,7 @@ func TestStreamedBodyTooLargeDrains(t *testing.T) {
 	skipShort(t)
 	servers := redistest.StartN(t, 3)
 	up := newUpstream(t, 0, func(w http.ResponseWriter, r *http.Request) {
-		time.Sleep(1500 * time.Millisecond) // started on the headers, deaf to the body
+		time.Sleep(1500 * time.Millisecond) // its work: started on the headers, deaf to the body
 		fmt.Fprint(w, "done")
 	})
 	s := startCaddy(t, "", fmt.Sprintf(`
@@ -43,13 +43,16 @@ func TestStreamedBodyTooLargeDrains(t *testing.T) {
 	}`, redisLine(servers), up.addr))
 
 	c := &http.Client{Timeout: 15 * time.Second}
+	upstreamStarted := func() bool { hits, _, _ := up.snapshot(); return hits >= 1 }
 	codes := make([]int, 2)
 	var wg sync.WaitGroup
 	wg.Go(func() {
 		pr, pw := io.Pipe()
 		go func() {
 			pw.Write(bytes.Repeat([]byte("a"), 512))
-			time.Sleep(300 * time.Millisecond) // the upstream has the headers and started
+			// The rest once the upstream has the headers and started (the test fails below
+			// if it never does).
+			eventually(10*time.Second, upstreamStarted)
 			pw.Write(bytes.Repeat([]byte("b"), 4096))
 			pw.Close()
 		}()
@@ -63,7 +66,10 @@ func TestStreamedBodyTooLargeDrains(t *testing.T) {
 		resp.Body.Close()
 		codes[0] = resp.StatusCode
 	})
-	time.Sleep(100 * time.Millisecond)
+	// The second request once the first holds the lock and reached the upstream.
+	if !eventually(10*time.Second, upstreamStarted) {
+		t.Fatal("the first request never reached the upstream")
+	}
 	wg.Go(func() {
 		codes[1], _, _ = get(t, c, "POST", s.url+"/tx", nil)
 	})

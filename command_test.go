@@ -16,8 +16,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/caddyserver/caddy/v2"
-
 	"github.com/caddy-redlock/caddy-redlock/internal/redistest"
 )
 
@@ -233,18 +231,10 @@ func TestCommandAdminAddress(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
-	s := &site{port: freePort(t), logFile: filepath.Join(dir, "caddy.log"), adminAdr: "unix/" + filepath.Join(dir, "admin.sock")}
-	s.url = fmt.Sprintf("http://127.0.0.1:%d", s.port)
+	s := newSite(t)
+	s.adminAdr, s.admin = "unix/"+filepath.Join(dir, "admin.sock"), ""
 	caddyfile := s.caddyfile("", fmt.Sprintf("\tredlock {\n\t\t%s\n\t\tprefix clia:\n\t}\n%s", redisLine(servers), proxyTo(up)))
-	if err := caddy.Load(adapt(t, caddyfile), true); err != nil {
-		t.Fatalf("loading config: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := caddy.Stop(); err != nil {
-			t.Errorf("stopping caddy: %v", err)
-		}
-	})
-	waitListening(t, s.port)
+	s.load(t, adapt(t, caddyfile))
 	cfgFile := filepath.Join(dir, "Caddyfile")
 	if err := os.WriteFile(cfgFile, []byte(caddyfile), 0o600); err != nil {
 		t.Fatal(err)

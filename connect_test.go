@@ -1,7 +1,6 @@
 package caddyredlock
 
 import (
-	"bufio"
 	"bytes"
 	"fmt"
 	"io"
@@ -123,33 +122,11 @@ func TestCaddyUnixSockets(t *testing.T) {
 	everyFeature(t, servers, urls, "")
 }
 
-// docsACLSetUser returns the one ACL SETUSER line of docs/connecting.md as arguments, for user
-// and password (the line is written for the default prefix, as the test uses).
-func docsACLSetUser(t *testing.T, user, password string) []string {
-	t.Helper()
-	f, err := os.Open("docs/connecting.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	var found []string
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if line := strings.TrimSpace(sc.Text()); strings.HasPrefix(line, "ACL SETUSER ") {
-			found = append(found, line)
-		}
-	}
-	if len(found) != 1 {
-		t.Fatalf("docs/connecting.md has %d lines starting with ACL SETUSER, want exactly 1: %q", len(found), found)
-	}
-	return strings.Fields(strings.NewReplacer("<user>", user, "<password>", password).Replace(found[0]))
-}
-
 // Every feature under exactly the ACL line of docs/connecting.md (through a unix socket and TCP).
 func TestCaddyDocsACLUser(t *testing.T) {
 	skipShort(t)
 	servers := redistest.StartN(t, 3)
-	args := docsACLSetUser(t, "caddy", "s3cret")
+	args := redistest.DocsACLSetUser(t, "caddy", "s3cret")
 	urls := make([]string, len(servers))
 	for i, s := range servers {
 		if _, err := s.Command(args...); err != nil {
@@ -227,7 +204,7 @@ func TestCaddyTLSWrongServerName(t *testing.T) {
 func TestCaddyACLMissingPermission(t *testing.T) {
 	servers := redistest.StartN(t, 3)
 	var args []string
-	for _, a := range docsACLSetUser(t, "caddy", "s3cret") {
+	for _, a := range redistest.DocsACLSetUser(t, "caddy", "s3cret") {
 		if a != "+info" {
 			args = append(args, a)
 		}

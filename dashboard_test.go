@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/caddy-redlock/caddy-redlock/internal/childproc"
 	"github.com/caddy-redlock/caddy-redlock/internal/redistest"
 )
 
@@ -95,11 +96,16 @@ func TestGrafanaDashboard(t *testing.T) {
 		t.Fatalf("force release: %d %s", code, body)
 	}
 	lost.wait(t, 10*time.Second)
-	// A node error: one node paused for longer than node_timeout (two still make a quorum).
+	// A node error: one node paused for longer than node_timeout (two still make a quorum),
+	// until its errors are counted.
+	paused := map[string]string{"node": servers[2].Addr()}
+	errorsBefore := metricTotal(t, metrics.nodeErrors, paused)
 	if err := servers[2].Pause(); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(1500 * time.Millisecond)
+	if !eventually(10*time.Second, func() bool { return metricTotal(t, metrics.nodeErrors, paused) > errorsBefore }) {
+		t.Error("no error counted for the paused node")
+	}
 	if err := servers[2].Resume(); err != nil {
 		t.Fatal(err)
 	}
@@ -112,16 +118,15 @@ func TestGrafanaDashboard(t *testing.T) {
 	}) {
 		t.Fatal("Prometheus never scraped the loss, or fewer than 5 scrapes")
 	}
-	time.Sleep(2 * time.Second)
-
-	checked := 0
+	// Every template variable and every panel's query returns data: Prometheus needs a
+	// scrape or two more of the last events for the rates, so the queries are asked
+	// until they all answer (or 20 s pass, and those still empty are reported).
+	type query struct{ what, expr string }
+	var queries []query
 	for _, v := range dash.Templating.List {
 		if m := labelValues.FindStringSubmatch(v.Definition); m != nil {
-			expr := fmt.Sprintf("count by (%s) (%s)", m[2], m[1])
-			if len(prom.query(t, expr)) == 0 {
-				t.Errorf("template variable $%s (%s) has no values", v.Name, v.Definition)
-			}
-			checked++
+			queries = append(queries, query{fmt.Sprintf("template variable $%s (%s) has no values", v.Name, v.Definition),
+				fmt.Sprintf("count by (%s) (%s)", m[2], m[1])})
 		}
 	}
 	for _, p := range dash.panels() {
@@ -134,12 +139,23 @@ func TestGrafanaDashboard(t *testing.T) {
 				t.Errorf("panel %q: unknown template variable in %s", p.Title, expr)
 				continue
 			}
-			if res := prom.query(t, expr); len(res) == 0 {
-				t.Errorf("panel %q: no series for %s", p.Title, expr)
-			}
-			checked++
+			queries = append(queries, query{fmt.Sprintf("panel %q: no series for %s", p.Title, expr), expr})
 		}
 	}
+	var empty []string
+	eventually(20*time.Second, func() bool {
+		empty = empty[:0]
+		for _, q := range queries {
+			if len(prom.query(t, q.expr)) == 0 {
+				empty = append(empty, q.what)
+			}
+		}
+		return len(empty) == 0
+	})
+	for _, e := range empty {
+		t.Error(e)
+	}
+	checked := len(queries) - len(empty)
 	t.Logf("%d dashboard queries return data", checked)
 	stopLoad()
 	wg.Wait()
@@ -247,17 +263,11 @@ scrape_configs:
 	cmd := exec.Command(bin, "--config.file="+cfgFile, "--storage.tsdb.path="+filepath.Join(dir, "data"),
 		fmt.Sprintf("--web.listen-address=127.0.0.1:%d", port), "--log.level=warn")
 	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
+	exited, err := childproc.Fork(cmd, func(error) { logf.Close() }) // dies with the test binary
+	if err != nil {
 		logf.Close()
 		t.Fatalf("starting prometheus: %v", err)
 	}
-	exited := make(chan struct{})
-	go func() {
-		defer close(exited)
-		_ = cmd.Wait()
-		logf.Close()
-	}()
 	t.Cleanup(func() {
 		_ = cmd.Process.Signal(syscall.SIGTERM)
 		select {

@@ -178,7 +178,7 @@ func TestGitHubAnchor(t *testing.T) {
 }
 
 // The least-privilege ACL user is one line, in one place: the ACL tests run exactly that
-// line (docsACLSetUser, redlock's docsACLLine), so a second copy elsewhere could drift.
+// line (redistest.DocsACLSetUser), so a second copy elsewhere could drift.
 func TestDocsOneACLLine(t *testing.T) {
 	var where []string
 	for _, f := range markdownFiles(t) {

@@ -84,6 +84,9 @@ func subscribeRecorder(cfg map[string]any) {
 // handler as origin. The name is also in the metrics and /redlock/locks.
 func TestEvents(t *testing.T) {
 	skipShort(t)
+	recordedEvents.mu.Lock()
+	recordedEvents.all = nil // only this run's events (go test -count=N)
+	recordedEvents.mu.Unlock()
 	servers := redistest.StartN(t, 3)
 	st := &streamer{cancelled: map[string]time.Time{}}
 	up := newUpstream(t, 0, st.serve)
@@ -114,7 +117,7 @@ func TestEvents(t *testing.T) {
 		t.Errorf("metrics by name=orders: held %v, acquired %v", metricValue(m, "caddy_redlock_held_locks", `name="orders"`),
 			metricValue(m, "caddy_redlock_acquire_duration_seconds_count", `name="orders"`))
 	}
-	time.Sleep(100 * time.Millisecond) // held_ms > 0
+	time.Sleep(100 * time.Millisecond) // held this long: lock_lost's held_ms is checked below
 	if code, body, _ := adm.do(t, "DELETE", "/redlock/keys?key=/lost"); code != 200 {
 		t.Fatalf("force release: %d %s", code, body)
 	}
@@ -139,7 +142,13 @@ func TestEvents(t *testing.T) {
 	if !eventually(10*time.Second, func() bool { return len(eventsSeen(eventNodeDown, map[string]any{"node": paused})) > 0 }) {
 		t.Fatal("no node_down event")
 	}
-	time.Sleep(2500 * time.Millisecond) // two more failed health checks
+	// Two more failed health checks (counted as node errors of op health) before the
+	// node answers again: they must not make a second node_down.
+	failedChecks := map[string]string{"node": paused, "op": "health"}
+	before := metricTotal(t, metrics.nodeErrors, failedChecks)
+	if !eventually(10*time.Second, func() bool { return metricTotal(t, metrics.nodeErrors, failedChecks) >= before+2 }) {
+		t.Fatalf("no two more failed health checks of the paused node (%v counted)", metricTotal(t, metrics.nodeErrors, failedChecks)-before)
+	}
 	if err := servers[2].Resume(); err != nil {
 		t.Fatal(err)
 	}

@@ -40,16 +40,8 @@ func TestExitWaitsForBackgroundRelease(t *testing.T) {
 	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	done := make(chan struct{})
-	go func() {
-		// Signal fails with os.ErrProcessDone once the harness's Wait reaped it.
-		for p.cmd.Process.Signal(syscall.Signal(0)) == nil {
-			time.Sleep(20 * time.Millisecond)
-		}
-		close(done)
-	}()
 	select {
-	case <-done:
+	case <-p.exited:
 	case <-time.After(15 * time.Second):
 		t.Fatal("caddy did not exit")
 	}

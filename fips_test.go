@@ -34,7 +34,7 @@ func TestFIPSOnlyCaddy(t *testing.T) {
 
 	servers := redistest.StartN(t, 3)
 	up := newUpstream(t, 0, nil)
-	p := startCaddyProcEnv(t, []string{fipsOnly}, fmt.Sprintf(`
+	p := startCaddyProc(t, fmt.Sprintf(`
 	redlock /locked/* {
 		%s
 		prefix fips:
@@ -43,7 +43,7 @@ func TestFIPSOnlyCaddy(t *testing.T) {
 	handle /locked/* {
 %s
 	}
-	respond "unlocked"`, redisLine(servers), proxyTo(up)))
+	respond "unlocked"`, redisLine(servers), proxyTo(up)), fipsOnly)
 	c := &http.Client{Timeout: 10 * time.Second}
 	var last int64
 	request := func(what string) {

@@ -331,7 +331,7 @@ func TestClientGoesAwayWhileHolding(t *testing.T) {
 	servers := redistest.StartN(t, 5)
 	// This upstream ignores cancellation: it works 1.5s whatever happens.
 	up := newUpstream(t, 0, func(w http.ResponseWriter, r *http.Request) {
-		time.Sleep(1500 * time.Millisecond)
+		time.Sleep(1500 * time.Millisecond) // its work: the straggler the drain must outlast
 		io.WriteString(w, "ok")
 	})
 	s := startCaddy(t, "", fmt.Sprintf(`
@@ -382,7 +382,7 @@ func TestClientGoesAwayMidStream(t *testing.T) {
 		io.WriteString(w, "first chunk\n")
 		w.(http.Flusher).Flush()
 		for i := 0; i < 15; i++ {
-			time.Sleep(100 * time.Millisecond)
+			time.Sleep(100 * time.Millisecond) // its work, paced: the 1.5s the drain must outlast
 			io.WriteString(w, strings.Repeat("x", 32<<10))
 			w.(http.Flusher).Flush()
 		}

@@ -15,6 +15,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -29,13 +30,15 @@ import (
 	_ "github.com/caddyserver/caddy/v2/modules/logging"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/caddy-redlock/caddy-redlock/internal/childproc"
 	"github.com/caddy-redlock/caddy-redlock/internal/redistest"
+	"github.com/caddy-redlock/caddy-redlock/internal/testwait"
 	"github.com/caddy-redlock/caddy-redlock/redlock"
 )
 
 // The tests run a real Caddy (in this process, one at a time, since Caddy's config is
-// process-global; or as cmd/caddy processes for several instances), real HTTP, and real
-// redis-server processes.
+// process-global: startCaddy; or as cmd/caddy processes for several instances:
+// startCaddyProc, with the same Caddyfile), real HTTP, and real redis-server processes.
 
 // caddyBinary builds cmd/caddy once, on first use (the multi-instance, CLI and process
 // tests), so that a run of other tests does not pay for the build.
@@ -91,25 +94,20 @@ func runTests(m *testing.M) int {
 // leakedGoroutines waits up to timeout for every goroutine running code of this module
 // (handler watchers, redlock clients) to end, and returns the stacks of those left.
 func leakedGoroutines(timeout time.Duration) string {
-	deadline := time.Now().Add(timeout)
-	for {
+	var left []string
+	eventually(timeout, func() bool {
 		buf := make([]byte, 1<<20)
 		buf = buf[:runtime.Stack(buf, true)]
-		var left []string
+		left = left[:0]
 		for _, g := range strings.Split(string(buf), "\n\n") {
 			if strings.Contains(g, "caddy-redlock/caddy-redlock") && !strings.Contains(g, "leakedGoroutines") &&
 				!strings.Contains(g, "testing.(*M)") && !strings.Contains(g, "testing.tRunner") {
 				left = append(left, g)
 			}
 		}
-		if len(left) == 0 {
-			return ""
-		}
-		if time.Now().After(deadline) {
-			return strings.Join(left, "\n\n")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return len(left) == 0
+	})
+	return strings.Join(left, "\n\n")
 }
 
 // freePort returns a loopback port that was free a moment ago.
@@ -178,10 +176,7 @@ func startCaddy(t *testing.T, extraGlobal, body string) *site {
 // what the Caddyfile cannot say, such as an events app subscription).
 func startCaddyPatched(t *testing.T, extraGlobal, body string, patch func(cfg map[string]any)) *site {
 	t.Helper()
-	s := &site{port: freePort(t), logFile: filepath.Join(t.TempDir(), "caddy.log")}
-	s.adminAdr = fmt.Sprintf("localhost:%d", freePort(t))
-	s.url = fmt.Sprintf("http://127.0.0.1:%d", s.port)
-	s.admin = "http://" + s.adminAdr
+	s := newSite(t)
 	cfg := adapt(t, s.caddyfile(extraGlobal, body))
 	if patch != nil {
 		var m map[string]any
@@ -194,6 +189,26 @@ func startCaddyPatched(t *testing.T, extraGlobal, body string, patch func(cfg ma
 			t.Fatal(err)
 		}
 	}
+	s.load(t, cfg)
+	return s
+}
+
+// newSite picks a site's ports and files: Caddy serving http://127.0.0.1:port, its admin
+// API on another port, its log in the test's directory. Nothing runs yet: load runs it in
+// this process, startCaddyProc as a cmd/caddy process.
+func newSite(t *testing.T) *site {
+	t.Helper()
+	s := &site{port: freePort(t), logFile: filepath.Join(t.TempDir(), "caddy.log")}
+	s.adminAdr = fmt.Sprintf("localhost:%d", freePort(t))
+	s.url = fmt.Sprintf("http://127.0.0.1:%d", s.port)
+	s.admin = "http://" + s.adminAdr
+	return s
+}
+
+// load runs the JSON config cfg in this process until the test ends; a failed test
+// shows Caddy's log.
+func (s *site) load(t *testing.T, cfg []byte) {
+	t.Helper()
 	if err := caddy.Load(cfg, true); err != nil {
 		t.Fatalf("loading config: %v\n%s", err, cfg)
 	}
@@ -201,19 +216,85 @@ func startCaddyPatched(t *testing.T, extraGlobal, body string, patch func(cfg ma
 		if err := caddy.Stop(); err != nil {
 			t.Errorf("stopping caddy: %v", err)
 		}
-		if t.Failed() {
-			if dir := os.Getenv("REDLOCK_TEST_KEEP_LOGS"); dir != "" {
-				if b, err := os.ReadFile(s.logFile); err == nil {
-					_ = os.WriteFile(filepath.Join(dir, t.Name()+".caddy.log"), b, 0o644)
-				}
-			}
-			if b, err := os.ReadFile(s.logFile); err == nil {
-				t.Logf("caddy log, warnings and errors:\n%s\ncaddy log, last lines:\n%s", grepLevels(string(b)), tail(string(b), 30))
-			}
-		}
+		s.logOnFailure(t)
 	})
 	waitListening(t, s.port)
-	return s
+}
+
+// logOnFailure shows Caddy's log in a failed test: the warnings and errors, and the last
+// lines (REDLOCK_TEST_KEEP_LOGS=dir keeps the whole log).
+func (s *site) logOnFailure(t *testing.T) {
+	if !t.Failed() {
+		return
+	}
+	b, err := os.ReadFile(s.logFile)
+	if err != nil {
+		return
+	}
+	if dir := os.Getenv("REDLOCK_TEST_KEEP_LOGS"); dir != "" {
+		_ = os.WriteFile(filepath.Join(dir, strings.ReplaceAll(t.Name(), "/", "_")+".caddy.log"), b, 0o644)
+	}
+	t.Logf("caddy log (%s), warnings and errors:\n%s\ncaddy log, last lines:\n%s", s.url, grepLevels(string(b)), tail(string(b), 30))
+}
+
+// caddyProc is a site run by a cmd/caddy process (the tests of several instances, of a
+// process's exit, its environment or its standard output), with the same Caddyfile as
+// an in-process site.
+type caddyProc struct {
+	*site
+	cmd    *exec.Cmd
+	exited <-chan struct{} // closed once the process exited and was reaped
+	stdout string          // the process's standard output (the console span exporter writes there)
+	stderr string          // its standard error (what Caddy prints before its log is set up, a panic)
+}
+
+// startCaddyProc runs a Caddyfile site body in a cmd/caddy process, with env added to
+// its environment, until the test ends (SIGTERM, then SIGKILL after 15 s).
+func startCaddyProc(t *testing.T, body string, env ...string) *caddyProc {
+	t.Helper()
+	dir := t.TempDir()
+	p := &caddyProc{site: newSite(t), stdout: filepath.Join(dir, "stdout"), stderr: filepath.Join(dir, "stderr")}
+	file := filepath.Join(dir, "Caddyfile")
+	if err := os.WriteFile(file, []byte(p.caddyfile("", body)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	outf, err := os.Create(p.stdout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	errf, err := os.Create(p.stderr)
+	if err != nil {
+		outf.Close()
+		t.Fatal(err)
+	}
+	p.cmd = exec.Command(caddyBinary(t), "run", "--config", file, "--adapter", "caddyfile")
+	p.cmd.Stdout, p.cmd.Stderr = outf, errf
+	p.cmd.Env = append(append(os.Environ(), "XDG_CONFIG_HOME="+dir, "XDG_DATA_HOME="+dir), env...)
+	exited, err := childproc.Fork(p.cmd, func(error) { // dies with the test binary
+		outf.Close()
+		errf.Close()
+	})
+	if err != nil {
+		outf.Close()
+		errf.Close()
+		t.Fatal(err)
+	}
+	p.exited = exited
+	t.Cleanup(func() {
+		_ = p.cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-exited:
+		case <-time.After(15 * time.Second):
+			_ = p.cmd.Process.Kill()
+			<-exited
+		}
+		p.logOnFailure(t)
+		if b, _ := os.ReadFile(p.stderr); t.Failed() && len(b) > 0 {
+			t.Logf("caddy process %s, standard error:\n%s", p.url, tail(string(b), 40))
+		}
+	})
+	waitListening(t, p.port)
+	return p
 }
 
 // reload posts a new site body to the admin API (what `caddy reload` does).
@@ -272,17 +353,15 @@ func tail(s string, lines int) string {
 // waitListening waits until something accepts connections on the loopback port.
 func waitListening(t testing.TB, port int) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		c, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", port), time.Second)
-		if err == nil {
+	var err error
+	if !eventually(20*time.Second, func() bool {
+		var c net.Conn
+		if c, err = net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", port), time.Second); err == nil {
 			c.Close()
-			return
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("nothing listens on port %d: %v", port, err)
-		}
-		time.Sleep(20 * time.Millisecond)
+		return err == nil
+	}) {
+		t.Fatalf("nothing listens on port %d: %v", port, err)
 	}
 }
 
@@ -317,19 +396,9 @@ func lockKeysOn(t testing.TB, servers []*redistest.Server, prefix string) []stri
 	return out
 }
 
-// eventually polls cond every 20ms until it holds or timeout passes.
-func eventually(timeout time.Duration, cond func() bool) bool {
-	deadline := time.Now().Add(timeout)
-	for {
-		if cond() {
-			return true
-		}
-		if time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
+// eventually is the tests' one poll helper (internal/testwait, shared with the library's
+// tests): it polls cond until it holds or timeout passes, and reports whether it held.
+var eventually = testwait.Eventually
 
 // noKeysLeft fails the test if lock keys under prefix remain (releases are bounded by
 // node_timeout, so a short wait is enough).

@@ -47,7 +47,7 @@ func TestHoldMetric(t *testing.T) {
 	if !eventually(10*time.Second, func() bool { return adm.locks(t).Held == 1 }) {
 		t.Fatal("the stream never held its lock")
 	}
-	time.Sleep(200 * time.Millisecond)
+	time.Sleep(200 * time.Millisecond) // held this long: the lost lock's hold time is checked below
 	if code, body, _ := adm.do(t, "DELETE", "/redlock/keys?key=/lost"); code != 200 {
 		t.Fatalf("force release: %d %s", code, body)
 	}

@@ -562,8 +562,13 @@ func TestHostileScriptFlush(t *testing.T) {
 		_, body, _ := get(t, c, "GET", s.url+"/stream?d=3s", nil)
 		done <- body
 	}()
-	for range 3 {
-		time.Sleep(700 * time.Millisecond)
+	// Three flushes, each once the stream renewed since the last: every one of them
+	// meets a renewal that must reload the scripts.
+	for i := range 3 {
+		before := metricTotal(t, metrics.renewals, nil)
+		if !eventually(5*time.Second, func() bool { return metricTotal(t, metrics.renewals, nil) > before }) {
+			t.Fatalf("no renewal of the stream's lock before flush %d", i+1)
+		}
 		flush()
 	}
 	if body := <-done; !strings.HasSuffix(body, "done\n") {
@@ -716,7 +721,7 @@ func TestHostileClientGoneMidStream(t *testing.T) {
 		for i := range 16 {
 			fmt.Fprintf(w, "line %d\n", i)
 			_ = rc.Flush()
-			time.Sleep(50 * time.Millisecond)
+			time.Sleep(50 * time.Millisecond) // its pace: the 800ms of work is the duration under test
 		}
 	})
 	s := startCaddy(t, "", fmt.Sprintf(`
@@ -743,7 +748,10 @@ func TestHostileClientGoneMidStream(t *testing.T) {
 		code, _, _ := get(t, &http.Client{Timeout: 20 * time.Second}, "GET", s.url+"/s", nil)
 		waiter <- code
 	}()
-	time.Sleep(200 * time.Millisecond) // the second request waits for the lock now
+	adm := newAdmClient(s)
+	if !eventually(10*time.Second, func() bool { return adm.locks(t).Waiting == 1 }) {
+		t.Fatal("the second request never waited for the lock")
+	}
 	cancel()
 	resp.Body.Close()
 	if code := <-waiter; code != 200 {

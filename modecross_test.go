@@ -20,7 +20,7 @@ func TestLimitRequestQueuedBehindExclusiveHoldsAPlace(t *testing.T) {
 	servers := redistest.StartN(t, 3)
 	up := newUpstream(t, 0, func(w http.ResponseWriter, r *http.Request) {
 		d, _ := time.ParseDuration(r.URL.Query().Get("d"))
-		time.Sleep(d)
+		time.Sleep(d) // the request's work: how long it holds its place
 	})
 	block := func(extra string) string {
 		return fmt.Sprintf(`redlock {

@@ -4,90 +4,13 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/caddy-redlock/caddy-redlock/internal/redistest"
 )
-
-// caddyProc is one cmd/caddy process.
-type caddyProc struct {
-	url string
-	cmd *exec.Cmd
-	log string
-}
-
-// startCaddyProc runs cmd/caddy with a Caddyfile site body until the test ends.
-func startCaddyProc(t *testing.T, body string) *caddyProc {
-	t.Helper()
-	return startCaddyProcEnv(t, nil, body)
-}
-
-// startCaddyProcEnv is startCaddyProc with env added to the process's environment.
-func startCaddyProcEnv(t *testing.T, env []string, body string) *caddyProc {
-	t.Helper()
-	dir := t.TempDir()
-	port := freePort(t)
-	cfg := fmt.Sprintf(`{
-	admin localhost:%d
-	persist_config off
-	auto_https off
-	log {
-		output stderr
-		level INFO
-	}
-}
-http://:%d {
-	bind 127.0.0.1
-%s
-}
-`, freePort(t), port, body)
-	file := filepath.Join(dir, "Caddyfile")
-	if err := os.WriteFile(file, []byte(cfg), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	p := &caddyProc{url: fmt.Sprintf("http://127.0.0.1:%d", port), log: filepath.Join(dir, "caddy.log")}
-	logf, err := os.Create(p.log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p.cmd = exec.Command(caddyBinary(t), "run", "--config", file, "--adapter", "caddyfile")
-	p.cmd.Stdout, p.cmd.Stderr = logf, logf
-	p.cmd.Env = append(append(os.Environ(), "XDG_CONFIG_HOME="+dir, "XDG_DATA_HOME="+dir), env...)
-	// Die with the test binary even if it is killed.
-	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := p.cmd.Start(); err != nil {
-		logf.Close()
-		t.Fatal(err)
-	}
-	exited := make(chan struct{})
-	go func() {
-		defer close(exited)
-		_ = p.cmd.Wait()
-		logf.Close()
-	}()
-	t.Cleanup(func() {
-		_ = p.cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-exited:
-		case <-time.After(15 * time.Second):
-			_ = p.cmd.Process.Kill()
-			<-exited
-		}
-		if t.Failed() {
-			b, _ := os.ReadFile(p.log)
-			t.Logf("%s log:\n%s", p.url, tail(string(b), 40))
-		}
-	})
-	waitListening(t, port)
-	return p
-}
 
 // TestTwoInstances: two Caddy processes on the same 5 nodes never let two requests for
 // one key overlap at the upstream, and run requests for different keys in parallel.

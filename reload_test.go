@@ -85,16 +85,27 @@ func TestReloadUnderLoad(t *testing.T) {
 			}
 		}()
 	}
+	// Each config serves a share of the load before the next reload (and the last one
+	// before the load stops): 30 responses of its own.
+	served := func(cfg string) {
+		t.Helper()
+		mu.Lock()
+		before := configs[cfg]
+		mu.Unlock()
+		if !eventually(20*time.Second, func() bool { mu.Lock(); defer mu.Unlock(); return configs[cfg] >= before+30 }) {
+			t.Errorf("config %s served no 30 responses under load", cfg)
+		}
+	}
+	served("a")
 	for i, cfg := range []string{"b", "a", "b", "a"} {
-		time.Sleep(400 * time.Millisecond)
 		nt := "200ms"
 		if cfg == "b" {
 			nt = "300ms"
 		}
 		s.reload(t, body(cfg, nt))
 		t.Logf("reload %d done", i+1)
+		served(cfg)
 	}
-	time.Sleep(400 * time.Millisecond)
 	close(stop)
 	wg.Wait()
 

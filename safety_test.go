@@ -20,13 +20,13 @@ import (
 
 // reverse_proxy gives up on its own (response_header_timeout) while the upstream, which
 // ignores cancellation as a database transaction would, keeps working for 1.5s. The next
-// request for the key, queued 100ms after the first, must not reach the upstream until
+// request for the key, queued once the first reached the upstream, must not reach it until
 // the first is done there: the lock drains one ttl instead of being handed over.
 func TestProxyTimeoutDrains(t *testing.T) {
 	skipShort(t)
 	servers := redistest.StartN(t, 3)
 	up := newUpstream(t, 0, func(w http.ResponseWriter, r *http.Request) {
-		time.Sleep(1500 * time.Millisecond) // deaf to the proxy giving up
+		time.Sleep(1500 * time.Millisecond) // its work, deaf to the proxy giving up: what the drain must outlast
 		fmt.Fprint(w, "done")
 	})
 	s := startCaddy(t, "", fmt.Sprintf(`
@@ -50,7 +50,9 @@ func TestProxyTimeoutDrains(t *testing.T) {
 		wg.Go(func() {
 			codes[i], _, _ = get(t, c, "POST", s.url+"/tx", nil)
 		})
-		time.Sleep(100 * time.Millisecond)
+		if i == 0 && !eventually(10*time.Second, func() bool { hits, _, _ := up.snapshot(); return hits == 1 }) {
+			t.Fatal("the first request never reached the upstream") // the second queues behind it
+		}
 	}
 	wg.Wait()
 	if codes[0] != http.StatusGatewayTimeout {

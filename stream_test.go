@@ -93,6 +93,7 @@ func TestStreamRenewalAndLoss(t *testing.T) {
 			err  error
 		}
 		done := make(chan result, 1)
+		hitsBefore, _, _ := up.snapshot()
 		go func() {
 			resp, err := c.Get(s.url + "/long?d=4s")
 			if err != nil {
@@ -103,10 +104,12 @@ func TestStreamRenewalAndLoss(t *testing.T) {
 			b, err := io.ReadAll(resp.Body)
 			done <- result{resp.StatusCode, string(b), err}
 		}()
-		// Probe like another Redlock client would, until the stream ends: while it runs,
-		// the key must never be free.
+		// Probe like another Redlock client would, from when the stream holds the key (it
+		// reached the upstream) until it ends: the key must never be free meanwhile.
 		probes := 0
-		time.Sleep(200 * time.Millisecond)
+		if !eventually(10*time.Second, func() bool { hits, _, _ := up.snapshot(); return hits > hitsBefore }) {
+			t.Fatal("the stream never reached the upstream")
+		}
 		for {
 			select {
 			case r := <-done:

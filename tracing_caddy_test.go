@@ -8,10 +8,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -40,71 +37,22 @@ func (s exportedSpan) attr(key string) string {
 	return ""
 }
 
-// tracedCaddy is a cmd/caddy process whose spans go to stdout (OTEL_TRACES_EXPORTER=console).
-type tracedCaddy struct {
-	url, admin string
-	spans      string // the process's stdout: one JSON span a line
-	log        string // its stderr
-}
+// tracedCaddy is a cmd/caddy process whose spans go to its standard output
+// (OTEL_TRACES_EXPORTER=console), one JSON span a line.
+type tracedCaddy struct{ *caddyProc }
 
 // startTracedCaddy runs cmd/caddy with the Caddyfile site body and the console span
 // exporter, exporting every 50ms, until the test ends.
 func startTracedCaddy(t *testing.T, body string) *tracedCaddy {
 	t.Helper()
-	dir := t.TempDir()
-	port, adminPort := freePort(t), freePort(t)
-	cfg := fmt.Sprintf("{\n\tadmin localhost:%d\n\tpersist_config off\n\tauto_https off\n\tlog {\n\t\toutput stderr\n\t\tlevel INFO\n\t}\n}\n"+
-		"http://:%d {\n\tbind 127.0.0.1\n%s\n}\n", adminPort, port, body)
-	file := filepath.Join(dir, "Caddyfile")
-	if err := os.WriteFile(file, []byte(cfg), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	c := &tracedCaddy{url: fmt.Sprintf("http://127.0.0.1:%d", port), admin: fmt.Sprintf("http://localhost:%d", adminPort),
-		spans: filepath.Join(dir, "spans.json"), log: filepath.Join(dir, "caddy.log")}
-	out, err := os.Create(c.spans)
-	if err != nil {
-		t.Fatal(err)
-	}
-	logf, err := os.Create(c.log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(caddyBinary(t), "run", "--config", file, "--adapter", "caddyfile")
-	cmd.Stdout, cmd.Stderr = out, logf
-	cmd.Env = append(os.Environ(), "XDG_CONFIG_HOME="+dir, "XDG_DATA_HOME="+dir,
-		"OTEL_TRACES_EXPORTER=console", "OTEL_BSP_SCHEDULE_DELAY=50", "OTEL_TRACES_SAMPLER=parentbased_always_on")
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // dies with the test binary
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan struct{})
-	go func() {
-		defer close(exited)
-		_ = cmd.Wait()
-		out.Close()
-		logf.Close()
-	}()
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-exited:
-		case <-time.After(15 * time.Second):
-			_ = cmd.Process.Kill()
-			<-exited
-		}
-		if t.Failed() {
-			b, _ := os.ReadFile(c.log)
-			t.Logf("caddy log:\n%s", tail(string(b), 40))
-		}
-	})
-	waitListening(t, port)
-	return c
+	return &tracedCaddy{startCaddyProc(t, body,
+		"OTEL_TRACES_EXPORTER=console", "OTEL_BSP_SCHEDULE_DELAY=50", "OTEL_TRACES_SAMPLER=parentbased_always_on")}
 }
 
 // trace reads the spans exported so far of one trace, by name.
 func (c *tracedCaddy) trace(t *testing.T, traceID string) map[string][]exportedSpan {
 	t.Helper()
-	f, err := os.Open(c.spans)
+	f, err := os.Open(c.stdout)
 	if err != nil {
 		t.Fatal(err)
 	}

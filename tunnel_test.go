@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -17,8 +18,10 @@ import (
 // (uninterrupted, as an upstream that does not notice its client left), then answers
 // "done"; the client's EOF ends the session (the backend closes its side). The upstream
 // counts the whole session as inside the key, so a request overlapping unfinished work
-// counts as an overlap.
-func tunnelBackend(w http.ResponseWriter, r *http.Request) {
+// counts as an overlap. started counts the "work" messages it took up.
+type tunnelBackend struct{ started atomic.Int32 }
+
+func (b *tunnelBackend) serve(w http.ResponseWriter, r *http.Request) {
 	if r.Header.Get("Upgrade") == "" {
 		io.WriteString(w, "plain") // the plain requests of the same key
 		return
@@ -37,7 +40,8 @@ func tunnelBackend(w http.ResponseWriter, r *http.Request) {
 		}
 		if d, ok := strings.CutPrefix(strings.TrimSpace(line), "work "); ok {
 			dur, _ := time.ParseDuration(d)
-			time.Sleep(dur)
+			b.started.Add(1)
+			time.Sleep(dur) // the work: what a request after the tunnel must not overlap
 			io.WriteString(brw, "done\n")
 			brw.Flush()
 		}
@@ -72,7 +76,8 @@ func openTunnel(t *testing.T, s *site, path string) (*net.TCPConn, *bufio.Reader
 func TestTunnelEndDrainsUnlessClean(t *testing.T) {
 	skipShort(t)
 	servers := redistest.StartN(t, 3)
-	up := newUpstream(t, 0, tunnelBackend)
+	backend := &tunnelBackend{}
+	up := newUpstream(t, 0, backend.serve)
 	s := startCaddy(t, "", fmt.Sprintf(`
 	redlock {
 		%s
@@ -101,8 +106,11 @@ func TestTunnelEndDrainsUnlessClean(t *testing.T) {
 
 	t.Run("client reset", func(t *testing.T) {
 		conn, _ := openTunnel(t, s, "/ws")
+		before := backend.started.Load()
 		fmt.Fprintf(conn, "work 800ms\n")
-		time.Sleep(100 * time.Millisecond) // the backend has the message
+		if !eventually(5*time.Second, func() bool { return backend.started.Load() > before }) {
+			t.Fatal("the backend never took up the message")
+		}
 		_ = conn.SetLinger(0)
 		_ = conn.Close() // RST: the tunnel ends at once on the read error
 		next(t)

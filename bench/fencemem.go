@@ -20,7 +20,7 @@ import (
 // fencing for the window. Then, per node: keys and used_memory at the end of the run,
 // and the time until every node is back to its idle key count. Each used key leaves its
 // fencing counter behind, which expires two quarantines (about 2 x max_ttl) after its
-// last use (redlock/doc.go, "Counter expiry"); before issue 26 it stayed an hour.
+// last use (redlock/fencing.go, "Counter expiry"); before issue 26 it stayed an hour.
 
 // fenceMemRow is the phase's one row.
 type fenceMemRow struct {

@@ -5,10 +5,10 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
-	mrand "math/rand/v2"
 	"strconv"
 	"time"
 
+	"github.com/caddy-redlock/caddy-redlock/redlock/internal/chance"
 	"github.com/caddy-redlock/caddy-redlock/redlock/internal/transport"
 )
 
@@ -363,7 +363,7 @@ func (c *Client) retryDelay() time.Duration {
 	if hi <= lo {
 		return lo
 	}
-	return lo + mrand.N(hi-lo)
+	return lo + chance.N(hi-lo)
 }
 
 type attemptResult struct {
@@ -475,7 +475,7 @@ func (c *Client) sendRound(ctx context.Context, nm names, a try, start time.Time
 	rd.sent = time.Now()
 	value := a.value()
 	// The first try of a writer without fencing that may wait goes as a plain SET NX PX,
-	// with the data marker's GET behind it on the same connection (doc.go, "Data loss
+	// with the data marker's GET behind it on the same connection (dataloss.go, "Data loss
 	// without a restart"): it needs none of the script's other work, and Redis runs the
 	// two at a fraction of the script's cost. Every other try runs the acquire script,
 	// which returns the marker with every grant itself (the key before the last, the
@@ -573,7 +573,7 @@ func (c *Client) tallyRound(replies []nodeReply) tally {
 	return t
 }
 
-// fence makes a granted round's fencing token safe to use (doc.go) and returns how many
+// fence makes a granted round's fencing token safe to use (fencing.go) and returns how many
 // tokens above it local handoffs may use. When every vote carries the same token, the
 // voting majority already keeps it (and, if each said so, the reserve above it): nothing
 // to do. Otherwise the largest token is committed on a majority, without a reserve.
@@ -686,7 +686,7 @@ func plainReply(reply transport.Reply) nodeReply {
 }
 
 // commitToken raises the fencing counter to token on a majority while we hold the key
-// there (doc.go explains why this makes later tokens larger).
+// there (fencing.go explains why this makes later tokens larger).
 func (c *Client) commitToken(ctx context.Context, nm names, value string, token int64) error {
 	argv := []any{value, token, c.counterTTL().Milliseconds(), boolArg(nm.shared)}
 	ok, _, errs := c.onAll(ctx, "commit", c.quorum, func(cctx context.Context, _ int, nd *node) (bool, error) {

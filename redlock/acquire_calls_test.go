@@ -66,14 +66,16 @@ func TestEveryTryIsOneScriptCall(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			eventually(t, "the round's SET on every node", func() bool {
+			if !eventually(3*time.Second, func() bool {
 				for _, s := range servers {
 					if _, ok := rawGet(t, s, "plain-"+tc.name); !ok {
 						return false
 					}
 				}
 				return true
-			})
+			}) {
+				t.Fatal("timed out waiting for: the round's SET on every node")
+			}
 			for i, s := range servers {
 				if v, _ := rawGet(t, s, "plain-"+tc.name); !strings.HasSuffix(v, ":1") {
 					t.Fatalf("node %d holds %q, want the first attempt's value", i, v)
@@ -119,7 +121,10 @@ func TestBusyThenAcquired(t *testing.T) {
 		}
 		got <- err
 	}()
-	time.Sleep(50 * time.Millisecond) // let b's first tries find the key busy
+	// b's first try finds the key busy: b then waits for its release notice.
+	if !eventually(3*time.Second, func() bool { return watching(b, "contended") }) {
+		t.Fatal("timed out waiting for: b waits for a release notice")
+	}
 	if err := l.Release(context.Background()); err != nil {
 		t.Fatal(err)
 	}

@@ -106,13 +106,7 @@ func TestFailedRoundReleasesGrantsBeforeSlowNodes(t *testing.T) {
 	if _, err := c.Acquire(ctx, "early", AcquireOptions{}); !isBusy(err) {
 		t.Fatalf("got %v, want busy", err)
 	}
-	for {
-		if _, ok := rawGet(t, servers[0], "early"); !ok {
-			break
-		}
-		if time.Since(start) > 2*time.Second { // the paused node's call is still pending
-			t.Fatal("the failed round's grant on node 0 waits for the paused node")
-		}
-		time.Sleep(10 * time.Millisecond)
+	if !eventually(2*time.Second-time.Since(start), func() bool { _, ok := rawGet(t, servers[0], "early"); return !ok }) {
+		t.Fatal("the failed round's grant on node 0 waits for the paused node") // its call still pending
 	}
 }

@@ -60,7 +60,7 @@ type Client struct {
 }
 
 // New connects to the given nodes (redis://, rediss://, unix:// or host:port; user,
-// password and db in the URL; see transport.ParseURL). It does not wait for the nodes to
+// password and db in the URL, as CheckNodeURL describes). It does not wait for the nodes to
 // answer: unreachable nodes show as down and a lock needs a quorum of them.
 func New(urls []string, opt Options) (*Client, error) {
 	if len(urls) == 0 {

@@ -41,7 +41,7 @@ func misconfigured(t *testing.T, urls []string, opt Options, acquire AcquireOpti
 		wantNode = want
 	}
 	want = wantNode
-	eventually(t, "last_error and log on every node", func() bool {
+	if !eventually(3*time.Second, func() bool {
 		for _, s := range c.Status().Nodes {
 			if s.Up || !strings.Contains(s.LastError, want) {
 				return false
@@ -54,8 +54,10 @@ func misconfigured(t *testing.T, urls []string, opt Options, acquire AcquireOpti
 			}
 		}
 		return logs.FilterMessage("redis node unusable").FilterFieldKey("node").Len() >= len(urls)
-	})
-	time.Sleep(3 * opt.HealthInterval)
+	}) {
+		t.Fatal("timed out waiting for: last_error and log on every node")
+	}
+	waitChecks(t, c, 3) // more failed checks: still one line per node
 	if n := logs.FilterMessage("redis node unusable").Len(); n != len(urls) {
 		t.Errorf("logged %d times, want once per node (%d): %v", n, len(urls), logs.All())
 	}
@@ -106,7 +108,7 @@ func TestACLMissingPermission(t *testing.T) {
 	} {
 		t.Run(tc.drop, func(t *testing.T) {
 			var args []string
-			for _, a := range docsACLLine(t, "locker", "pw") {
+			for _, a := range redistest.DocsACLSetUser(t, "locker", "pw") {
 				if a != tc.drop {
 					args = append(args, a)
 				}
@@ -133,7 +135,7 @@ func TestACLProbe(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var args []string
-			for _, a := range docsACLLine(t, "locker", "pw") {
+			for _, a := range redistest.DocsACLSetUser(t, "locker", "pw") {
 				if a == tc.replace[0] {
 					a = tc.replace[1]
 				}
@@ -153,14 +155,16 @@ func TestACLProbe(t *testing.T) {
 					t.Logf("nodes: %+v", c.Status().Nodes)
 				}
 			}()
-			eventually(t, "probe error on every node and logged", func() bool {
+			if !eventually(3*time.Second, func() bool {
 				for _, s := range c.Status().Nodes {
 					if s.Up || !strings.Contains(s.LastError, tc.want) {
 						return false
 					}
 				}
 				return logs.FilterMessage("redis node unusable").Len() == len(servers)
-			})
+			}) {
+				t.Fatal("timed out waiting for: probe error on every node and logged")
+			}
 		})
 	}
 }
@@ -168,7 +172,7 @@ func TestACLProbe(t *testing.T) {
 // A node that becomes usable again is logged once at info, and shows up.
 func TestACLProbeRecovers(t *testing.T) {
 	var args []string
-	for _, a := range docsACLLine(t, "locker", "pw") {
+	for _, a := range redistest.DocsACLSetUser(t, "locker", "pw") {
 		if a != "+time" {
 			args = append(args, a)
 		}
@@ -182,17 +186,21 @@ func TestACLProbeRecovers(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	eventually(t, "probe fails", func() bool { return logs.FilterMessage("redis node unusable").Len() == 1 })
+	if !eventually(3*time.Second, func() bool { return logs.FilterMessage("redis node unusable").Len() == 1 }) {
+		t.Fatal("timed out waiting for: probe fails")
+	}
 	if _, err := servers[0].Command("ACL", "SETUSER", "locker", "+time"); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "usable again", func() bool {
+	if !eventually(3*time.Second, func() bool {
 		return c.Status().Nodes[0].Up && logs.FilterMessage("redis node usable again").Len() == 1
-	})
+	}) {
+		t.Fatal("timed out waiting for: usable again")
+	}
 }
 
 // Refused credentials are a configuration problem too: named and logged.
 func TestWrongPassword(t *testing.T) {
-	servers := aclServers(t, 3, docsACLLine(t, "locker", "right"))
+	servers := aclServers(t, 3, redistest.DocsACLSetUser(t, "locker", "right"))
 	misconfigured(t, userURLs(servers, "locker", "wrong"), fastOptions(), AcquireOptions{}, "WRONGPASS", "")
 }

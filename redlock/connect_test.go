@@ -1,11 +1,9 @@
 package redlock
 
 import (
-	"bufio"
 	"context"
 	"crypto/tls"
 	"errors"
-	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -63,7 +61,7 @@ func exerciseFeatures(t *testing.T, urls []string, opt Options) {
 		}
 		got <- err
 	}()
-	time.Sleep(time.Second) // longer than the ttl: renewals keep the lock
+	time.Sleep(time.Second) // longer than the ttl (a lapse under test): renewals keep the lock
 	select {
 	case err := <-got:
 		t.Fatalf("the waiter got the key while it was held and renewed: %v", err)
@@ -92,10 +90,12 @@ func exerciseFeatures(t *testing.T, urls []string, opt Options) {
 		t.Fatal(err)
 	}
 	// The acquire returned at a quorum; its last SET may still be on the way.
-	eventually(t, "forced on every node", func() bool {
+	if !eventually(3*time.Second, func() bool {
 		st, err := a.Inspect(ctx, "forced")
 		return err == nil && st.Present == len(urls)
-	})
+	}) {
+		t.Fatal("timed out waiting for: forced on every node")
+	}
 	if n, err := a.ForceRelease(ctx, "forced"); err != nil || n.Deleted != len(urls) {
 		t.Fatalf("ForceRelease = %+v, %v", n, err)
 	}
@@ -140,13 +140,15 @@ func exerciseShared(t *testing.T, a, b *Client) {
 		}
 		got <- err
 	}()
-	eventually(t, "a new reader refused behind the waiting writer", func() bool {
+	if !eventually(3*time.Second, func() bool {
 		l, err := a.Acquire(ctx, "doc", AcquireOptions{Shared: true})
 		if err == nil {
 			_ = l.Release(ctx)
 		}
 		return isBusy(err)
-	})
+	}) {
+		t.Fatal("timed out waiting for: a new reader refused behind the waiting writer")
+	}
 	_ = r1.Release(ctx)
 	released := time.Now()
 	if err := r2.Release(ctx); err != nil {
@@ -181,18 +183,16 @@ func notifyOptions() Options {
 // waitUsable waits until every node answered a health check and passed the probe.
 func waitUsable(t *testing.T, c *Client) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for time.Now().Before(deadline) {
-		ok := true
+	if !eventually(5*time.Second, func() bool {
 		for _, n := range c.nodes {
-			ok = ok && n.tr.Facts().Probed
+			if !n.tr.Facts().Probed {
+				return false
+			}
 		}
-		if ok {
-			return
-		}
-		time.Sleep(10 * time.Millisecond)
+		return true
+	}) {
+		t.Fatalf("nodes not usable: %+v", c.Status().Nodes)
 	}
-	t.Fatalf("nodes not usable: %+v", c.Status().Nodes)
 }
 
 func TestTLSNodes(t *testing.T) {
@@ -259,29 +259,6 @@ func TestClientBuilder(t *testing.T) {
 	}
 }
 
-// docsACLLine returns the ACL SETUSER line of docs/connecting.md, for the user and password
-// given (the prefix is the default one the line is written for).
-func docsACLLine(t *testing.T, user, password string) []string {
-	t.Helper()
-	f, err := os.Open("../docs/connecting.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	var found []string
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if line := strings.TrimSpace(sc.Text()); strings.HasPrefix(line, "ACL SETUSER ") {
-			found = append(found, line)
-		}
-	}
-	if len(found) != 1 {
-		t.Fatalf("docs/connecting.md has %d lines starting with ACL SETUSER, want 1: %q", len(found), found)
-	}
-	line := strings.NewReplacer("<user>", user, "<password>", password).Replace(found[0])
-	return strings.Fields(line)
-}
-
 func aclServers(t *testing.T, n int, args []string) []*redistest.Server {
 	t.Helper()
 	servers := redistest.StartN(t, n)
@@ -307,7 +284,7 @@ func userURLs(servers []*redistest.Server, user, password string) []string {
 // Node 1 may evict (a memory limit, volatile-ttl): the acquire scripts read its eviction
 // count with INFO, which the line grants inside scripts too.
 func TestDocsACLUser(t *testing.T) {
-	servers := aclServers(t, 3, docsACLLine(t, "locker", "s3cret"))
+	servers := aclServers(t, 3, redistest.DocsACLSetUser(t, "locker", "s3cret"))
 	for _, kv := range [][]string{{"maxmemory", "64mb"}, {"maxmemory-policy", "volatile-ttl"}} {
 		if _, err := servers[0].Command("CONFIG", "SET", kv[0], kv[1]); err != nil {
 			t.Fatal(err)

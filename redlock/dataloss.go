@@ -24,20 +24,98 @@ import (
 // for the first time reads the marker's age as it reads INFO's uptime: data that began
 // less than a quarantine ago is young.
 //
-// Between two health checks a loss is seen by the acquires themselves: every grant
-// carries the node's marker as the acquire script read it, in the same atomic call
-// (markerLua), and a grant whose marker is gone or changed since this client's last
-// reading is no vote and quarantines the node at once (grantHolds). A grant from a node
-// that may evict (node.canEvict) also carries its eviction count (evictionsLua), since an
-// eviction usually spares the marker: a count other than the last reading is a loss
-// too. So a node flushed a moment ago cannot lend its vote to a new holder of a key it
-// forgot. The node then votes again only once its marker was read anew (markerDue,
-// voting.go), by a health check: a quarantine shorter than the health interval would
-// otherwise end while no marker is known to check its grants against, and a second loss
-// would pass unseen. What it does not cover: a majority losing data at once (a fresh
-// start; Redlock without persistence cannot survive it), and a client that never read
-// the node's marker (its first sighting judges the node by the marker's age, as by the
-// uptime).
+// Data loss without a restart: the safety argument
+//
+// Claim: a node x that lost keys without a visible restart (FLUSHALL or FLUSHDB,
+// eviction, a failover behind one address, a server whose INFO has no run_id) is held
+// back like a restarted one, from the first health check of B that follows the loss.
+//
+// Each node keeps a data marker under the prefix (above): a random value with x's clock
+// when it was written, created by the first announce that finds none and kept alive by
+// every announce of every client. A loss that takes the marker with it shows as a marker
+// gone (re-created with another value) or changed at B's next reading; an eviction may
+// spare the marker, but INFO's evicted_keys then moves. Either is a loss seen
+// (QuarantineDataLoss): x does not vote for the quarantine after B saw it, exactly as
+// after a restart, and is not even asked meanwhile. A client meeting x for the first
+// time takes the marker's age as it takes the uptime: data begun less than a quarantine
+// ago is young. The rule itself is one pure function of these facts and the time
+// (quarantineOf, voting.go; TestQuarantineOf, TestObserveSeesDataLoss,
+// TestFlushedNodeDoesNotVote). Between two health checks the acquires see it themselves:
+// each grant carries x's marker as the acquire script read it, in the same atomic call
+// (markerLua), and a grant with the marker gone or changed since B's last reading is no
+// vote and quarantines x at once (grantHolds; TestFlushWindowTwoHolders). A grant by x
+// after the loss is therefore never counted by a client that read x's marker before it:
+// a node flushed a moment ago cannot lend its vote to a new holder of a key it forgot.
+//
+// The first try of a writer that may wait, without fencing, to a node that cannot evict
+// is not the script but a plain SET NX PX with the marker's GET behind it, on the same
+// connection and in the same pipeline; one GET serves every such SET of the pipeline
+// (sendRound, transport's Command.Then). Claim: such a grant proves what a script's
+// grant proves, that x had lost nothing since B's last reading of its marker when it
+// granted the SET. A node is one server (proxies that spread one connection's commands
+// over several servers are no node, as a Cluster is none), and a server runs the
+// commands of one connection one at a time, in the order they were sent: the GET ran
+// after the SET (TestThenRunsBehindItsCallsOncePerPipeline). A loss before the SET took
+// the marker (a loss that spares it is an eviction, and a node that may evict gets the
+// script, with its eviction count), so the later GET reads it gone or re-created: no
+// vote, as with the script. A loss between the SET and the GET is seen the same way (no
+// vote for a grant that was good: liveness lost, once). A health check of B between the
+// two that reads the re-created marker has B see the loss itself, and grantHolds judges
+// the grant against the hold-back of a loss seen and the marker in one step, in either
+// order the replies come: no vote. A restart closes the connection, so the GET cannot
+// run on the restarted server: the call fails, no vote. A loss after the GET is a loss
+// after the grant, as with the script. TestFlushWindowTwoHolders runs both ways.
+//
+// Having seen the loss in a grant, B forgets x's marker (the next reading is a first
+// sight, dated by its age) and has none to check x's grants against until it reads the
+// marker again. So x does not vote until then, even past the quarantine (markerDue,
+// voting.go): with max_ttl + drift shorter than the health interval the quarantine would
+// end first, and a second loss of x in that window would go unseen
+// (TestSecondFlushBeforeTheMarkerIsReadAgain). The reading then dates x's data by the
+// marker's age: it was re-created after the loss, so x is young until a quarantine after
+// that, and everything x lost had lapsed by then (a lock lost at t was granted before t
+// with a ttl within the bound).
+//
+// Evictions between two health checks. Under memory pressure a node with an evicting
+// maxmemory-policy (volatile-ttl, -lru, -lfu, allkeys-*) takes lock keys before the
+// marker (lock keys expire sooner, and every health check touches the marker), so the
+// marker check alone would let x, having evicted A's lock, grant the key to B until B's
+// next health check. So a grant from a node that may evict (a maxmemory limit and a
+// policy other than noeviction, as the last INFO read them: node.canEvict) also carries
+// x's eviction count, read in the same atomic call (evictionsLua: Redis evicts before a
+// command runs, never inside a script, so the count covers every eviction before the
+// grant), and a count other than B's last reading of it is a loss seen: no vote, and x
+// quarantined from now (grantHolds; TestEvictionSparingTheMarkerDoesNotLendAVote).
+// Claim: a grant by x after an eviction counts for B only once every lock the eviction
+// took has lapsed. The count only grows while x runs, and a reset (a restart, CONFIG
+// RESETSTAT) is a change too, so two readings that agree saw no eviction between them.
+// If the grant's count agrees with B's last reading (grants and health checks, in the
+// order B took them in), that reading was taken after the eviction. Go back through B's
+// readings to the first one taken after it: either the reading before that one disagreed
+// with it, and B quarantined x when it took it in, after the eviction; or it is B's
+// first reading, which cannot date the evictions it counts, and a node that may evict
+// and has evicted is held back a quarantine from the first sight (observe). Either way x
+// is held back from a moment after the eviction for a quarantine, by whose end every
+// lock the eviction took has lapsed. The count costs the node INFO's stats section per
+// grant (docs/performance.md), which is why nodes that cannot evict are not asked. Not
+// covered: a node switched at runtime (CONFIG SET) to a policy that may evict is judged
+// by its old one until the next health check reads the new one, so an eviction within
+// that health interval is seen only then; and a node whose scripts cannot read the count
+// (INFO refused inside scripts, no evicted_keys) is judged by its health checks alone
+// (logged once: warnNoEvictions).
+//
+// A grant is judged in one step under the node's lock (grantHolds): the hold-back of a
+// loss already seen and the marker check. In two steps, a health check seeing the loss
+// between them would adopt the new marker after the first step had passed, and the
+// second would then pass too. That grant would still have been safe (the same health
+// check dates x's data by the new marker: young, and Client.votes refuses the grant, or
+// older than a quarantine, and everything x lost has lapsed), but only by the young rule,
+// which a fresh start lifts; one step needs no such argument.
+//
+// What it does not cover: a majority losing data at once (a fresh start; Redlock without
+// persistence cannot survive it), and a client that never read the node's marker (its
+// first sighting judges the node by the marker's age, as by the uptime). Run nodes with
+// maxmemory-policy noeviction, and with AOF where you can.
 
 // markerName follows the prefix directly, like boundName: no lock key is empty.
 const markerName = "\x00data_marker"

@@ -102,19 +102,23 @@ func (e quarantinedErr) Error() string {
 }
 
 // ConfigError is a node error only the operator can fix: a TLS failure, an ACL refusal or
-// refused credentials, with what to check (Hint). The error from Redis or the connection
-// stays reachable with errors.Unwrap / errors.As. A node with one is unusable, not down
-// (NodeStatus.LastErr; the permission probe).
+// refused credentials. Its fields are Kind (a ConfigErrorKind: which part is wrong), Hint
+// (what to check) and Err (the error from Redis or the connection, also reachable with
+// errors.Unwrap / errors.As). A node with one is unusable, not down: NodeStatus.LastErr
+// holds it. Besides the errors of its commands, the client checks once a node answers,
+// and at every health check until it passes, that the node lets it run every command and
+// use the keys and channels under Options.Prefix that locks need; a refusal is a
+// ConfigError naming the commands.
 //
-// It is made where the errors are seen, in the transport (internal/transport's
-// errhint.go and probe.go); this alias makes it the same type here, so errors.As with a
-// *redlock.ConfigError matches with no conversion on any path.
+// It is an alias of the type the client's connections make, so errors.As with a
+// *redlock.ConfigError matches every such error with no conversion.
 type ConfigError = transport.ConfigError
 
-// ConfigErrorKind says which part of a deployment is wrong.
+// ConfigErrorKind says which part of a deployment is wrong: a string, "tls", "acl" or
+// "auth".
 type ConfigErrorKind = transport.ConfigErrorKind
 
-// The kinds of ConfigError.
+// The kinds of ConfigError: ConfigTLS is "tls", ConfigACL "acl", ConfigAuth "auth".
 const (
 	ConfigTLS  = transport.ConfigTLS  // the handshake failed: CA, name, client certificate, plain port
 	ConfigACL  = transport.ConfigACL  // the user may not run a command, or use a key or channel

@@ -38,27 +38,26 @@ func TestCloseDuringFailedRoundGivesBack(t *testing.T) {
 		_, err := c.Acquire(ctx, "closing", AcquireOptions{})
 		done <- err
 	}()
-	eventually(t, "node 2 grants the round (node 1 silent)", func() bool {
+	if !eventually(3*time.Second, func() bool {
 		_, ok := rawGet(t, servers[2], "closing")
 		return ok
-	})
+	}) {
+		t.Fatal("timed out waiting for: node 2 grants the round (node 1 silent)")
+	}
 	_ = c.Close()
 	err := <-done
 	t.Logf("Acquire: %v", err)
 	// The give-back lands within a node timeout of the round's end; the key's ttl is 5 s.
-	deadline := time.Now().Add(time.Second)
-	for {
-		v, ok := rawGet(t, servers[2], "closing")
-		if !ok {
-			break
-		}
-		if time.Now().After(deadline) {
-			r2 := redis.NewClient(&redis.Options{Addr: servers[2].Addr()})
-			defer r2.Close()
-			pttl, _ := r2.PTTL(ctx, defaultPrefix+"closing").Result()
-			t.Fatalf("after a failed Acquire and Close, node 2 still holds the round's value (len %d) for %v more", len(v), pttl)
-		}
-		time.Sleep(10 * time.Millisecond)
+	var v string
+	if !eventually(time.Second, func() bool {
+		var ok bool
+		v, ok = rawGet(t, servers[2], "closing")
+		return !ok
+	}) {
+		r2 := redis.NewClient(&redis.Options{Addr: servers[2].Addr()})
+		defer r2.Close()
+		pttl, _ := r2.PTTL(ctx, defaultPrefix+"closing").Result()
+		t.Fatalf("after a failed Acquire and Close, node 2 still holds the round's value (len %d) for %v more", len(v), pttl)
 	}
 }
 
@@ -104,10 +103,14 @@ func TestCloseDuringWinningRoundKeepsTheLock(t *testing.T) {
 		l, err := c.Acquire(ctx, "closing-win", AcquireOptions{})
 		done <- result{l, err}
 	}()
-	time.Sleep(100 * time.Millisecond)
+	if !eventually(3*time.Second, func() bool { _, ok := rawGet(t, servers[0], "closing-win"); return ok }) {
+		t.Fatal("timed out waiting for: node 0 grants the round (node 2 silent)")
+	}
 	closed := make(chan error, 1)
 	go func() { closed <- c.Close() }() // no lock held; waits for the release to node 1
-	time.Sleep(100 * time.Millisecond)
+	if !eventually(3*time.Second, c.closed.Load) {
+		t.Fatal("timed out waiting for: Close to begin")
+	}
 	if err := servers[2].Resume(); err != nil { // node 2 grants: a quorum of 2
 		t.Fatal(err)
 	}
@@ -182,7 +185,7 @@ func TestCloseRacingAcquireLeavesNothing(t *testing.T) {
 			}
 			done <- err
 		}()
-		time.Sleep(time.Duration(mrand.N(300)) * time.Microsecond)
+		time.Sleep(time.Duration(mrand.N(300)) * time.Microsecond) // a random moment: the race under test
 		_ = c.Close()
 		err = <-done
 		switch {

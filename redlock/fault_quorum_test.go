@@ -59,10 +59,12 @@ func TestQuorumWithNodesDownOrPaused(t *testing.T) {
 					}
 					// No key left behind on the nodes that are up.
 					for _, s := range servers[down:] {
-						eventually(t, "no key left on "+s.Addr(), func() bool {
+						if !eventually(3*time.Second, func() bool {
 							_, present := rawGet(t, s, key)
 							return !present
-						})
+						}) {
+							t.Fatal("timed out waiting for: no key left on " + s.Addr())
+						}
 					}
 				})
 			}

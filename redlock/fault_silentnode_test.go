@@ -80,10 +80,8 @@ func TestSplitRoundDoesNotWaitForSilentNode(t *testing.T) {
 	defer servers[4].Resume()
 	// A health check finds it silent after a node timeout (1.5 s here): wait longer than
 	// eventually's 3 s, for a busy machine.
-	for deadline := time.Now().Add(10 * time.Second); !c.nodes[4].silent(); time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("node 4 not known silent 10 s after its pause")
-		}
+	if !eventually(10*time.Second, c.nodes[4].silent) {
+		t.Fatal("node 4 not known silent 10 s after its pause")
 	}
 	rawSet(t, servers[0], "split", "other", 5*time.Second)
 	rawSet(t, servers[1], "split", "other", 5*time.Second)

@@ -64,7 +64,7 @@ func TestFencingCounterExpiresAndTokensStayOrdered(t *testing.T) {
 			t.Fatalf("counter on %s: pttl %v, want (0, %v]", s.Addr(), pttl, e)
 		}
 	}
-	eventually(t, "the counter expired on every node", func() bool {
+	if !eventually(3*time.Second, func() bool {
 		for _, s := range servers {
 			rc := redis.NewClient(&redis.Options{Addr: s.Addr()})
 			n, err := rc.Exists(ctx, counter).Result()
@@ -74,7 +74,9 @@ func TestFencingCounterExpiresAndTokensStayOrdered(t *testing.T) {
 			}
 		}
 		return true
-	})
+	}) {
+		t.Fatal("timed out waiting for: the counter expired on every node")
+	}
 
 	late := newTestClient(t, servers, opt)
 	late.clockSkew = -(lead - time.Millisecond) // proposals a lead behind: still taken
@@ -95,7 +97,7 @@ func TestFencingCounterExpiresAndTokensStayOrdered(t *testing.T) {
 // own. With its own (two quarantines of 400ms) a counter would lapse long before the
 // tokens of the client with a 10s max_ttl (whose lead is 100ms, not 50) are overtaken by
 // the clocks, and a counter re-created then starts below them when node clocks differ
-// by more than that short expiry allows (doc.go, "Counter expiry").
+// by more than that short expiry allows (fencing.go, "Counter expiry").
 func TestCounterExpiryFollowsTheLargestBoundOnTheNode(t *testing.T) {
 	ctx := context.Background()
 	servers := redistest.StartN(t, 3)

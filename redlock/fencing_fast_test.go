@@ -95,6 +95,7 @@ func TestFencingWithSkewedClientClocks(t *testing.T) {
 					mu.Lock()
 					tokens = append(tokens, l.Token())
 					mu.Unlock()
+					// Past the ttl unrenewed: a lapse under test.
 					time.Sleep(opt.TTL + 50*time.Millisecond)
 					_ = l.Release(ctx) // long expired: others may hold the key by now
 					continue

@@ -77,7 +77,7 @@ func TestFencingPausedHolderIsFencedOff(t *testing.T) {
 		t.Fatal(err)
 	}
 	// "Pause" A: it does nothing, renews nothing, past its ttl.
-	time.Sleep(opt.TTL + 100*time.Millisecond)
+	time.Sleep(opt.TTL + 100*time.Millisecond) // past the ttl unrenewed: a lapse under test
 	lb, err := b.Acquire(ctx, "paused", AcquireOptions{Fencing: true, Wait: time.Second})
 	if err != nil {
 		t.Fatal(err)

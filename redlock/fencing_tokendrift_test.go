@@ -132,8 +132,12 @@ func TestTokensAfterRollingRestart(t *testing.T) {
 		if err := s.Restart(); err != nil {
 			t.Fatal(err)
 		}
-		eventually(t, "restart seen", func() bool { return !c.Status().Nodes[i].QuarantinedUntil.IsZero() })
-		time.Sleep(time.Until(c.Status().Nodes[i].QuarantinedUntil) + 10*time.Millisecond)
+		if !eventually(3*time.Second, func() bool { return !c.Status().Nodes[i].QuarantinedUntil.IsZero() }) {
+			t.Fatal("timed out waiting for: restart seen")
+		}
+		if !eventually(10*time.Second, func() bool { return c.Status().Nodes[i].QuarantinedUntil.IsZero() }) {
+			t.Fatalf("node %d's quarantine not over: %+v", i, c.Status().Nodes[i])
+		}
 	}
 	l, err := c.Acquire(ctx, "rolling", AcquireOptions{Fencing: true, Wait: 2 * time.Second})
 	if err != nil {

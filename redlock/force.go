@@ -14,6 +14,22 @@ import (
 // a lock was ended (queues.forcing, forced; handoff.go and acquire.go ask forceNow and
 // forcedSince).
 
+// Force release and the client's own locks: the arguments
+//
+// A lock a force release ends while provisional never got the turn: its Acquire keeps it
+// and contends again (the turn is spent once, whatever order a release, a force release
+// and a handoff run in: state.go; TestForceReleaseLeavesTheTurnWithTheAcquire,
+// TestForceReleaseOfAHandedLockLeavesTheTurnWithItsWaiter).
+//
+// A force release of the key by the same client never misses a joiner (a reader that
+// shares the entry of a reader of its client: readgroup.go): the join checks for force
+// releases and registers the joiner in one step under queues.mu, where a force release
+// numbers itself before it lists the holders it marks lost, so the joiner is either
+// refused (it goes to Redis, after the deletes) or listed and marked lost
+// (joinReader; TestJoiningReaderCannotEscapeAForceRelease).
+//
+// A force release of a limited key deletes every place (limit.go).
+
 // ForceResult is what a ForceRelease did.
 type ForceResult struct {
 	Key   string

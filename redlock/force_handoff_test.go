@@ -45,7 +45,7 @@ func TestForceReleaseVsAcquire(t *testing.T) {
 					if err != nil {
 						continue
 					}
-					time.Sleep(time.Duration(rand.IntN(800)) * time.Microsecond)
+					time.Sleep(time.Duration(rand.IntN(800)) * time.Microsecond) // a random hold: the interleavings under test
 					forcing.RLock()
 					if l.err() == nil {
 						st, err := c.Inspect(ctx, "forced")
@@ -73,7 +73,7 @@ func TestForceReleaseVsAcquire(t *testing.T) {
 				forcing.Lock()
 				_, _ = c.ForceRelease(ctx, "forced")
 				forcing.Unlock()
-				time.Sleep(time.Duration(1+rand.IntN(4)) * time.Millisecond)
+				time.Sleep(time.Duration(1+rand.IntN(4)) * time.Millisecond) // the force releases' random pace
 			}
 			close(stop)
 		})
@@ -144,7 +144,7 @@ func TestForceReleaseDuringHandoff(t *testing.T) {
 				forcing.Lock()
 				_, _ = c.ForceRelease(ctx, key)
 				forcing.Unlock()
-				time.Sleep(time.Duration(rand.IntN(300)) * time.Microsecond)
+				time.Sleep(time.Duration(rand.IntN(300)) * time.Microsecond) // the force releases' random pace
 			}
 		})
 	}
@@ -153,7 +153,7 @@ func TestForceReleaseDuringHandoff(t *testing.T) {
 		n, _ := strconv.Atoi(s)
 		dur = time.Duration(n) * time.Second
 	}
-	time.Sleep(dur)
+	time.Sleep(dur) // the stress's duration
 	close(stop)
 	wg.Wait()
 	t.Logf("handed locks checked %d, valid with keys gone %d", checked.Load(), bad.Load())
@@ -184,7 +184,9 @@ func TestForceReleaseLeavesTheTurnWithTheAcquire(t *testing.T) {
 		attemptResult{validity: time.Second, roundStart: time.Now(), settled: settled})
 	// A second caller queues behind it.
 	got := acquireLater(ctx, c, key)
-	eventually(t, "the second Acquire queues", func() bool { return c.Status().Waiting[key] == 1 })
+	if !eventually(3*time.Second, func() bool { return c.Status().Waiting[key] == 1 }) {
+		t.Fatal("timed out waiting for: the second Acquire queues")
+	}
 	if _, err := c.ForceRelease(ctx, key); err != nil {
 		t.Fatal(err)
 	}

@@ -97,7 +97,7 @@ func turnStress(t *testing.T, c *Client) {
 					handed.Add(1)
 				}
 				enter(l)
-				time.Sleep(time.Duration(rand.IntN(500)) * time.Microsecond)
+				time.Sleep(time.Duration(rand.IntN(500)) * time.Microsecond) // a random hold: the interleavings under test
 				exit(l)
 				switch rand.IntN(3) {
 				case 0:
@@ -107,7 +107,7 @@ func turnStress(t *testing.T, c *Client) {
 				case 1:
 					if !l.HandOver() {
 						// Release from elsewhere a little later, as the plugin may.
-						time.Sleep(time.Duration(rand.IntN(300)) * time.Microsecond)
+						time.Sleep(time.Duration(rand.IntN(300)) * time.Microsecond) // the moment of the race
 						_ = l.Release(context.Background())
 					}
 				default:
@@ -122,18 +122,20 @@ func turnStress(t *testing.T, c *Client) {
 		for time.Now().Before(deadline) {
 			_, _ = c.ForceRelease(context.Background(), keys[rand.IntN(len(keys))])
 			forced.Add(1)
-			time.Sleep(time.Duration(2+rand.IntN(8)) * time.Millisecond)
+			time.Sleep(time.Duration(2+rand.IntN(8)) * time.Millisecond) // the force releases' random pace
 		}
 		close(stop)
 	})
 	wg.Wait()
 	t.Logf("pipelining=%v: acquired %d (handed %d), forced %d, cancels %d", !c.opt.DisablePipelining, got.Load(), handed.Load(), forced.Load(), cancels.Load())
 	// No turn left out: the lines are gone and each key is free at once.
-	eventually(t, "lines empty", func() bool {
+	if !eventually(3*time.Second, func() bool {
 		c.queues.mu.Lock()
 		defer c.queues.mu.Unlock()
 		return len(c.queues.m) == 0
-	})
+	}) {
+		t.Fatal("timed out waiting for: lines empty")
+	}
 	for _, k := range keys {
 		if l, err := c.Acquire(context.Background(), k, AcquireOptions{Wait: 3 * time.Second}); err != nil {
 			t.Fatalf("%s not free after the workers stopped: %v (waiting %v)", k, err, c.queues.waiting())
@@ -141,5 +143,7 @@ func turnStress(t *testing.T, c *Client) {
 			_ = l.Release(context.Background())
 		}
 	}
-	eventually(t, "no lock registered", func() bool { return len(c.Status().Held) == 0 })
+	if !eventually(3*time.Second, func() bool { return len(c.Status().Held) == 0 }) {
+		t.Fatal("timed out waiting for: no lock registered")
+	}
 }

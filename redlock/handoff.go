@@ -25,7 +25,7 @@ import (
 const defaultHandoffLimit = 8
 
 // maxHandoffLimit caps Options.HandoffLimit: with fencing, every acquire holds that many
-// tokens (µs of the nodes' clocks) back for handoffs (doc.go).
+// tokens (µs of the nodes' clocks) back for handoffs (fencing.go).
 const maxHandoffLimit = 64
 
 // handoff hands l (just released by its holder, not lost) to the next local waiter, if

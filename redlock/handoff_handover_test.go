@@ -68,7 +68,9 @@ func TestHandOverWithoutWaiterChangesNothing(t *testing.T) {
 		t.Fatalf("lock changed by a declined HandOver: %v", l.err())
 	}
 	r0 := l.Info().Renewals
-	eventually(t, "renewals go on after a declined HandOver", func() bool { return l.Info().Renewals >= r0+2 })
+	if !eventually(3*time.Second, func() bool { return l.Info().Renewals >= r0+2 }) {
+		t.Fatal("timed out waiting for: renewals go on after a declined HandOver")
+	}
 	if err := l.Release(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -99,11 +101,13 @@ func TestHandOverDeclinesWhileRenewalInFlight(t *testing.T) {
 	if err := l.KeepAlive(50*time.Millisecond, 0); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "a renewal in flight", func() bool {
+	if !eventually(3*time.Second, func() bool {
 		c.renewer.mu.Lock()
 		defer c.renewer.mu.Unlock()
 		return l.renewInFlight > 0
-	})
+	}) {
+		t.Fatal("timed out waiting for: a renewal in flight")
+	}
 	if l.HandOver() {
 		t.Fatal("HandOver went ahead with a renewal in flight")
 	}
@@ -151,15 +155,8 @@ func TestReleaseAfterFailedHandOverDeletesInRedis(t *testing.T) {
 	// Release returns once a quorum deleted the key; the last delete lands within a node
 	// timeout (300ms), far inside the ttl (2s) the key would otherwise stand for.
 	for i, s := range servers {
-		deadline := time.Now().Add(fastOptions().NodeTimeout + 200*time.Millisecond)
-		for {
-			if _, ok := rawGet(t, s, "pending"); !ok {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("node %d still holds the key", i)
-			}
-			time.Sleep(5 * time.Millisecond)
+		if !eventually(fastOptions().NodeTimeout+200*time.Millisecond, func() bool { _, ok := rawGet(t, s, "pending"); return !ok }) {
+			t.Fatalf("node %d still holds the key", i)
 		}
 	}
 	if err := l.Release(context.Background()); err != ErrReleased {

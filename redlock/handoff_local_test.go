@@ -27,7 +27,9 @@ func queueWaiter(t *testing.T, c *Client, key string, o AcquireOptions) <-chan *
 		}
 		got <- l
 	}()
-	eventually(t, "waiter queued", func() bool { return c.queues.waiting()[key] == before+1 })
+	if !eventually(3*time.Second, func() bool { return c.queues.waiting()[key] == before+1 }) {
+		t.Fatal("timed out waiting for: waiter queued")
+	}
 	return got
 }
 
@@ -267,7 +269,7 @@ func TestHandoffChainKeepsRenewing(t *testing.T) {
 	renewals := 0
 	for i := 0; i < holders; i++ {
 		w := queueWaiter(t, c, "chain", AcquireOptions{Wait: 5 * time.Second})
-		time.Sleep(hold)
+		time.Sleep(hold) // each holder's hold: shorter than the renew interval, under test
 		if err := l.err(); err != nil {
 			t.Fatalf("holder %d lost the lock: %v", i, err)
 		}
@@ -320,7 +322,7 @@ func TestHandoffStreaksAreFairAcrossClients(t *testing.T) {
 					if inside.Add(1) != 1 {
 						overlap.Store(true)
 					}
-					time.Sleep(500 * time.Microsecond)
+					time.Sleep(500 * time.Microsecond) // the hold: a workload's duration
 					inside.Add(-1)
 					perCli[ci].Add(1)
 					done.Add(1)
@@ -365,8 +367,15 @@ func TestNoHandoffOfLockFoundGoneByRenewalInFlight(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer servers[2].Resume()
+	inFlight := func() bool {
+		c.renewer.mu.Lock()
+		defer c.renewer.mu.Unlock()
+		return l.renewInFlight > 0
+	}
 	r0 := l.Info().Renewals
-	eventually(t, "a renewal to complete", func() bool { return l.Info().Renewals > r0 })
+	if !eventually(3*time.Second, func() bool { return l.Info().Renewals > r0 && !inFlight() }) {
+		t.Fatal("timed out waiting for: a renewal to complete")
+	}
 	for _, s := range servers[:2] { // right after it: the next one starts in 100ms
 		rc := redis.NewClient(&redis.Options{Addr: s.Addr()})
 		if err := rc.Del(context.Background(), defaultPrefix+"gone").Err(); err != nil {
@@ -374,7 +383,10 @@ func TestNoHandoffOfLockFoundGoneByRenewalInFlight(t *testing.T) {
 		}
 		rc.Close()
 	}
-	time.Sleep(400 * time.Millisecond) // the next renewal hangs on the paused node
+	// The next renewal is out (it hangs on the paused node for a node timeout).
+	if !eventually(3*time.Second, inFlight) {
+		t.Fatal("timed out waiting for: the next renewal")
+	}
 	_ = l.Release(context.Background())
 	next := receive(t, waiter)
 	if next.Info().Handed {

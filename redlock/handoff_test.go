@@ -35,7 +35,9 @@ func TestHandoffByReleaseNotice(t *testing.T) {
 			}
 			got <- lb
 		}()
-		eventually(t, "b waits for a release notice", func() bool { return watching(b, "handoff") })
+		if !eventually(3*time.Second, func() bool { return watching(b, "handoff") }) {
+			t.Fatal("timed out waiting for: b waits for a release notice")
+		}
 		if err := la.Release(ctx); err != nil {
 			t.Fatal(err)
 		}
@@ -84,7 +86,9 @@ func TestLocalWaitersServedInOrder(t *testing.T) {
 			_ = l.Release(ctx)
 		}()
 		// Arrival order: wait until this waiter is queued.
-		eventually(t, "waiter queued", func() bool { return c.queues.waiting()["fifo"] == i+1 })
+		if !eventually(3*time.Second, func() bool { return c.queues.waiting()["fifo"] == i+1 }) {
+			t.Fatal("timed out waiting for: waiter queued")
+		}
 	}
 	_ = first.Release(ctx)
 	wg.Wait()
@@ -133,12 +137,14 @@ func TestHotKeyNoStrayKeys(t *testing.T) {
 	}
 	// The last release returns once a quorum deleted the key; its deletes to the other
 	// nodes land within a node timeout. A stray key would stand for the whole ttl (10 s).
-	eventually(t, "no stray key on any node", func() bool {
+	if !eventually(3*time.Second, func() bool {
 		for _, s := range servers {
 			if _, present := rawGet(t, s, "hot"); present {
 				return false
 			}
 		}
 		return true
-	})
+	}) {
+		t.Fatal("timed out waiting for: no stray key on any node")
+	}
 }

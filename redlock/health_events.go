@@ -21,7 +21,8 @@ type HealthObserver interface {
 	NodeQuarantined(node string, until time.Time, cause QuarantineCause)
 }
 
-// QuarantineCause says why a node does not vote for a while (voting.go).
+// QuarantineCause says why a node does not vote for a while: it may have lost keys that
+// locks still hold, so it waits until every lock it may have held has lapsed.
 type QuarantineCause string
 
 // The causes of a quarantine.

@@ -6,10 +6,12 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/caddy-redlock/caddy-redlock/internal/redistest"
+	"github.com/caddy-redlock/caddy-redlock/internal/testwait"
 	"github.com/caddy-redlock/caddy-redlock/redlock/internal/transport"
 	"github.com/redis/go-redis/v9"
 )
@@ -49,18 +51,16 @@ func newTestClient(t testing.TB, servers []*redistest.Server, opt Options) *Clie
 // so a later restart is recognised.
 func waitRunIDs(t testing.TB, c *Client) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for time.Now().Before(deadline) {
-		all := true
+	if !eventually(5*time.Second, func() bool {
 		for _, s := range c.Status().Nodes {
-			all = all && s.RunID != ""
+			if s.RunID == "" {
+				return false
+			}
 		}
-		if all {
-			return
-		}
-		time.Sleep(10 * time.Millisecond)
+		return true
+	}) {
+		t.Fatalf("health checks did not see every run_id: %+v", c.Status().Nodes)
 	}
-	t.Fatalf("health checks did not see every run_id: %+v", c.Status().Nodes)
 }
 
 // rawKeys returns what each node holds under the lock key: value ("" if absent) or an error string.
@@ -78,18 +78,9 @@ func rawGet(t testing.TB, s *redistest.Server, key string) (string, bool) {
 	return v, true
 }
 
-// eventually polls cond for up to 3s: used for background cleanups, not for speed claims.
-func eventually(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(3 * time.Second)
-	for time.Now().Before(deadline) {
-		if cond() {
-			return
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	t.Fatalf("timed out waiting for: %s", what)
-}
+// eventually is the tests' one poll helper (internal/testwait, shared with the plugin's
+// tests): it polls cond until it holds or timeout passes, and reports whether it held.
+var eventually = testwait.Eventually
 
 // fmtSscanCalls reads calls=N from an INFO commandstats line.
 func fmtSscanCalls(line string, calls *int) (int, error) {
@@ -101,14 +92,16 @@ func fmtSscanCalls(line string, calls *int) (int, error) {
 // other nodes' deletes follow.
 func waitGone(t testing.TB, servers []*redistest.Server, key string) {
 	t.Helper()
-	eventually(t, key+" gone from every node", func() bool {
+	if !eventually(3*time.Second, func() bool {
 		for _, s := range servers {
 			if _, ok := rawGet(t, s, key); ok {
 				return false
 			}
 		}
 		return true
-	})
+	}) {
+		t.Fatal("timed out waiting for: " + key + " gone from every node")
+	}
 }
 
 func isBusy(err error) bool {
@@ -146,5 +139,123 @@ func watching(c *Client, key string) bool {
 		return true
 	default:
 		return false
+	}
+}
+
+// waitChecks waits until the client's health checks ran n more times on every node
+// (each node's LastCheck moved n times): a test that must see checks go by without an
+// effect (one event or one log line per transition, not per check) waits for them. A
+// poll may miss a check between two polls: it then waits for one more, never less.
+func waitChecks(t testing.TB, c *Client, n int) {
+	t.Helper()
+	nodes := c.Status().Nodes
+	last, seen := make([]time.Time, len(nodes)), make([]int, len(nodes))
+	for i, s := range nodes {
+		last[i] = s.LastCheck
+	}
+	if !eventually(10*time.Second, func() bool {
+		done := true
+		for i, s := range c.Status().Nodes {
+			if !s.LastCheck.Equal(last[i]) {
+				seen[i]++
+				last[i] = s.LastCheck
+			}
+			done = done && seen[i] >= n
+		}
+		return done
+	}) {
+		t.Fatalf("health checks seen per node: %v, want %d more each", seen, n)
+	}
+}
+
+// waitingReaders is how many readers of c contend for key in Redis (readGroups.wait).
+func waitingReaders(c *Client, key string) int {
+	c.readers.mu.Lock()
+	defer c.readers.mu.Unlock()
+	return c.readers.waiting[key]
+}
+
+// tryCounter counts the acquire tries a client sends to each node, through a go-redis
+// hook on its connections (Options.ClientBuilder): a barrier for tests that release a key
+// only once its waiters tried. A waiter that finds the key taken tries once, subscribes
+// to the key's release notices, tries again and sleeps (acquire.go, contention.run); once
+// its second try is out, a release notice wakes it whenever it comes (watch.next).
+type tryCounter struct {
+	mu            sync.Mutex
+	reads, writes map[string]int // by node address: readAcquireScript and acquireScript calls sent
+}
+
+// countTries makes the clients built with opt count their tries in the returned counter.
+func countTries(opt *Options) *tryCounter {
+	tc := &tryCounter{reads: map[string]int{}, writes: map[string]int{}}
+	opt.ClientBuilder = func(o *redis.Options) (*redis.Client, error) {
+		c := redis.NewClient(o)
+		c.AddHook(tryHook{tc, o.Addr})
+		return c, nil
+	}
+	return tc
+}
+
+// tries returns the read and write tries sent to every one of the n nodes (the least
+// over the nodes: a try goes to all of them).
+func (tc *tryCounter) tries(n int) (reads, writes int) {
+	tc.mu.Lock()
+	defer tc.mu.Unlock()
+	least := func(m map[string]int) int {
+		if len(m) < n {
+			return 0
+		}
+		low := -1
+		for _, v := range m {
+			if low < 0 || v < low {
+				low = v
+			}
+		}
+		return low
+	}
+	return least(tc.reads), least(tc.writes)
+}
+
+func (tc *tryCounter) sent(addr string, cmd redis.Cmder) {
+	args := cmd.Args()
+	if len(args) < 2 {
+		return
+	}
+	name, _ := args[0].(string)
+	arg, _ := args[1].(string)
+	is := func(s *transport.Script) bool {
+		return (strings.EqualFold(name, "evalsha") && arg == s.Digest()) || (strings.EqualFold(name, "eval") && arg == s.Src())
+	}
+	tc.mu.Lock()
+	defer tc.mu.Unlock()
+	switch {
+	case is(readAcquireScript):
+		tc.reads[addr]++
+	case is(acquireScript):
+		tc.writes[addr]++
+	}
+}
+
+// tryHook is tryCounter's hook on the connections to one node.
+type tryHook struct {
+	tc   *tryCounter
+	addr string
+}
+
+func (h tryHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h tryHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		h.tc.sent(h.addr, cmd)
+		return next(ctx, cmd)
+	}
+}
+
+func (h tryHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		for _, cmd := range cmds {
+			h.tc.sent(h.addr, cmd)
+		}
+		return next(ctx, cmds)
 	}
 }

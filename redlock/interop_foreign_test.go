@@ -67,14 +67,16 @@ func TestForeignTypeTakesOverDuringRenewal(t *testing.T) {
 	}
 	defer other.Release(ctx)
 	// The round returned at a quorum; let its last SET land before replacing the key.
-	eventually(t, "victim on every node", func() bool {
+	if !eventually(3*time.Second, func() bool {
 		for _, s := range servers {
 			if _, ok := rawGet(t, s, "victim"); !ok {
 				return false
 			}
 		}
 		return true
-	})
+	}) {
+		t.Fatal("timed out waiting for: victim on every node")
+	}
 	for _, s := range servers {
 		rc := redis.NewClient(&redis.Options{Addr: s.Addr()})
 		rc.Del(ctx, defaultPrefix+"victim")

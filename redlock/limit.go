@@ -2,15 +2,23 @@ package redlock
 
 import (
 	"context"
-	mrand "math/rand/v2"
 	"strconv"
+
+	"github.com/caddy-redlock/caddy-redlock/redlock/internal/chance"
 )
 
-// A limited key (AcquireOptions.Limit = n > 1) lets up to n holders have it at once. It is
-// never a counter voted by majority: with n = 2 on 3 nodes, three clients could each win
-// 2 of the 3 nodes' counters. It is n places instead, each an ordinary exclusive Redlock
-// under its own name (names.go, slotSuffix), and a holder holds one place: at most n
-// holders, by the mutex's own argument applied to each place (doc.go).
+// Limited keys
+//
+// A limited key (AcquireOptions.Limit = n > 1) lets up to n holders have it at once: n
+// places, each an ordinary exclusive Redlock under its own name (names.go, slotSuffix).
+// Claim: at most n holders at once. Each holder holds one place by a quorum of grants,
+// and two holders of one place cannot both be valid (the mutex's argument, place by
+// place); with n places, at most n. A counter of holders voted by majority would not do:
+// with n = 2 on 3 nodes, three clients can each win 2 of the 3 nodes' counters.
+// Restarts, quarantine, renewal and force release are the mutex's (a force release
+// deletes every place). A limit request always holds one of the key's n places: it gets
+// its lock from a round on a place, never from a handoff (mode.go: a handoff never
+// crosses modes).
 //
 // A waiter tries the places one after the other, from a random one (holders spread over
 // the places, and a waiter finds a free one in about n/(free+1) tries); all busy, it waits
@@ -21,7 +29,7 @@ import (
 //
 // Fencing: the places of a key draw their tokens from the key's one counter, so every
 // token of a key is distinct, and each place's tokens strictly increase (the fencing
-// argument holds for each place: its holders exclude each other).
+// argument, fencing.go, holds for each place: its holders exclude each other).
 
 // MaxLimit caps AcquireOptions.Limit: a waiter may try every place in turn.
 const MaxLimit = 64
@@ -49,7 +57,7 @@ func (c *Client) trySlots(ctx context.Context, slots []names, a try) (names, att
 	if len(slots) == 1 {
 		return slots[0], c.tryOnce(ctx, slots[0], a)
 	}
-	first := mrand.N(len(slots))
+	first := chance.N(len(slots))
 	var out attemptResult
 	unavailable := 0
 	for i := range slots {

@@ -73,7 +73,9 @@ func (l *Lock) startUntil(until time.Time) {
 }
 
 // Token is the fencing token, 0 without fencing. Tokens for one key strictly increase
-// across holders; a majority of nodes kept it before Acquire returned (doc.go).
+// across holders, of every client; a majority of nodes kept it before Acquire returned,
+// so every later grant of the key draws a larger one (the package doc's Guarantees say
+// under which assumptions).
 func (l *Lock) Token() int64 { return l.token }
 
 // validUntil is when the validity ends unless renewed.
@@ -249,8 +251,8 @@ func (l *Lock) applyExtend(start time.Time, yes, no, absent int, errs []error) e
 // that gave it on; not the wait before): then the lock is marked lost (reason max_hold)
 // and renewals stop, so a stuck holder cannot keep a key forever. Its key stays on the
 // nodes until its validity ends or Release deletes it. Renewals of all locks of a client
-// that fall due together go out in one script call per node (renew.go); no goroutine
-// runs per lock. Calling KeepAlive twice is an error.
+// that fall due together go out in one script call per node; no goroutine runs per lock.
+// Calling KeepAlive twice is an error.
 func (l *Lock) KeepAlive(interval, maxHold time.Duration) error {
 	if interval <= 0 || interval >= l.ttl {
 		return fmt.Errorf("redlock: renew interval must be > 0 and < ttl (%v), got %v", l.ttl, interval)
@@ -300,8 +302,8 @@ func (l *Lock) errLocked() error {
 // Release deletes the lock on all nodes at once (compare-and-delete: never another
 // holder's key) and notifies waiters. It uses ctx's values but not its cancellation: a
 // release must go out even when the request that held the lock was cancelled; each node
-// gets node_timeout. It returns an error if fewer than a quorum confirmed, in which case
-// the rest expires after the ttl.
+// gets Options.NodeTimeout. It returns an error if fewer than a quorum confirmed, in which
+// case the rest expires after the ttl. A lock already released gives ErrReleased.
 func (l *Lock) Release(ctx context.Context) error {
 	l.mu.Lock()
 	from := l.state
@@ -331,7 +333,8 @@ func (l *Lock) Release(ctx context.Context) error {
 
 // HandOver is Release for a holder on a latency-critical path (a response being
 // finished): it gives the lock to this client's next waiter for the key when that takes
-// no Redis round trip (handoff.go), and reports whether it did. It never blocks: not on
+// no Redis round trip (a waiter that asked for the same mode, ttl and fencing, within
+// Options.HandoffLimit), and reports whether it did. It never blocks: not on
 // the network, not on a renewal in flight (it then declines). When it returns false the
 // caller must still call Release, which does whatever is left (it may be done elsewhere,
 // e.g. in the background); HandOver and Release must not run concurrently.
@@ -351,8 +354,9 @@ func (l *Lock) HandOver() bool {
 }
 
 // endLocally ends the lock on this side once it is releasing and no renewal can run: it
-// stops the timers, closes Lost, and reports whether the lock was still held (not lost),
-// the condition for handing it on.
+// stops the timers, cancels the lock's Context with ErrReleased unless a loss already
+// did, and reports whether the lock was still held (not lost), the condition for handing
+// it on.
 func (l *Lock) endLocally() bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()

@@ -74,7 +74,10 @@ func TestKeepAliveSignalsLossWhenMajorityCut(t *testing.T) {
 	if err := l.KeepAlive(opt.TTL/3, 0); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(opt.TTL / 2)
+	// Mid-hold: once renewed, so that the validity below is a renewal's.
+	if !eventually(3*time.Second, func() bool { return l.Info().Renewals >= 1 }) {
+		t.Fatal("timed out waiting for: a first renewal")
+	}
 	for _, s := range servers[:3] {
 		if err := s.Pause(); err != nil {
 			t.Fatal(err)
@@ -159,11 +162,20 @@ func TestRenewalsAreBatched(t *testing.T) {
 		}
 		held = append(held, l)
 	}
-	time.Sleep(5 * opt.TTL / 3)
-	for _, l := range held {
-		if l.Info().Renewals < 3 {
-			t.Fatalf("%s renewed %d times, want >= 3", l.key, l.Info().Renewals)
+	var short *Lock
+	if !eventually(10*time.Second, func() bool {
+		short = nil
+		for _, l := range held {
+			if l.Info().Renewals < 3 {
+				short = l
+				return false
+			}
 		}
+		return true
+	}) {
+		t.Fatalf("%s renewed %d times, want >= 3", short.key, short.Info().Renewals)
+	}
+	for _, l := range held {
 		if err := l.Release(ctx); err != nil {
 			t.Fatal(err)
 		}
@@ -208,7 +220,9 @@ func TestRenewalDoesNotUndoForceRelease(t *testing.T) {
 	// renewal that overlaps the deletes may still find the key on a quorum and rightly
 	// re-take the node already emptied: delete just after a renewal, far from the next.
 	<-l.settled
-	eventually(t, "a first renewal", func() bool { return l.Info().Renewals >= 1 })
+	if !eventually(3*time.Second, func() bool { return l.Info().Renewals >= 1 }) {
+		t.Fatal("timed out waiting for: a first renewal")
+	}
 	for _, s := range servers {
 		rc := redis.NewClient(&redis.Options{Addr: s.Addr()})
 		if err := rc.Del(context.Background(), defaultPrefix+"forced").Err(); err != nil {
@@ -225,7 +239,9 @@ func TestRenewalDoesNotUndoForceRelease(t *testing.T) {
 	if !errors.As(l.err(), &le) || le.Reason != LostVanished {
 		t.Fatalf("lost with %v, want reason %q", l.err(), LostVanished)
 	}
-	time.Sleep(900 * time.Millisecond) // three more renew intervals
+	// A negative check, so a sleep: three renew intervals pass (nothing marks that no
+	// renewal will come).
+	time.Sleep(900 * time.Millisecond)
 	for _, s := range servers {
 		if _, ok := rawGet(t, s, "forced"); ok {
 			t.Fatalf("%s: the deleted key was re-created by a renewal", s.Addr())
@@ -254,18 +270,16 @@ func TestRenewalRetakesRestartedNode(t *testing.T) {
 	if err := servers[0].Restart(); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(5 * time.Second) // quarantine (ttl + drift) and a renewal
-	for {
-		if v, ok := rawGet(t, servers[0], "rejoin"); ok {
-			if v != want {
-				t.Fatal("the restarted node holds another value")
-			}
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the restarted node never got the key back")
-		}
-		time.Sleep(20 * time.Millisecond)
+	var got string
+	if !eventually(5*time.Second, func() bool { // quarantine (ttl + drift) and a renewal
+		var ok bool
+		got, ok = rawGet(t, servers[0], "rejoin")
+		return ok
+	}) {
+		t.Fatal("the restarted node never got the key back")
+	}
+	if got != want {
+		t.Fatal("the restarted node holds another value")
 	}
 	if err := l.err(); err != nil {
 		t.Fatalf("lock lost: %v", err)

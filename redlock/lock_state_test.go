@@ -86,7 +86,9 @@ func TestTurnIsSpentOnce(t *testing.T) {
 			got <- taken{tn, handed}
 		}()
 	}
-	eventually(t, "two waiters queue", func() bool { return qs.waiting()["k"] == 2 })
+	if !eventually(3*time.Second, func() bool { return qs.waiting()["k"] == 2 }) {
+		t.Fatal("timed out waiting for: two waiters queue")
+	}
 	first.pass(false)
 	second := (<-got).tn
 	first.pass(false) // spent: must not wake the third

@@ -93,7 +93,9 @@ func TestHandoffStaysWithinAMode(t *testing.T) {
 				}
 				got <- l
 			}()
-			eventually(t, "waiter queued", func() bool { return c.queues.waiting()["m"] == before+1 })
+			if !eventually(3*time.Second, func() bool { return c.queues.waiting()["m"] == before+1 }) {
+				t.Fatal("timed out waiting for: waiter queued")
+			}
 			if err := holder.Release(ctx); err != nil {
 				t.Fatal(err)
 			}

@@ -33,7 +33,7 @@ func TestLimitHolders(t *testing.T) {
 					if n > 3 {
 						t.Errorf("%d holders of a key limited to 3", n)
 					}
-					time.Sleep(5 * time.Millisecond)
+					time.Sleep(5 * time.Millisecond) // the hold: a workload's duration
 					inside.Add(-1)
 					if err := l.Release(context.Background()); err != nil {
 						t.Errorf("release: %v", err)
@@ -83,7 +83,9 @@ func TestLimitWaiterWokenByRelease(t *testing.T) {
 			}
 			got <- err
 		}()
-		eventually(t, "the waiter waits for a release notice", func() bool { return watching(tc.waiter, "pool") })
+		if !eventually(3*time.Second, func() bool { return watching(tc.waiter, "pool") }) {
+			t.Fatal("timed out waiting for: the waiter waits for a release notice")
+		}
 		released := time.Now()
 		if err := tc.released.Release(context.Background()); err != nil {
 			t.Fatal(err)
@@ -116,13 +118,15 @@ func TestLimitLocalWaitersFIFO(t *testing.T) {
 			mu.Lock()
 			order = append(order, i)
 			mu.Unlock()
-			time.Sleep(20 * time.Millisecond)
+			time.Sleep(20 * time.Millisecond) // the hold: a workload's duration
 			_ = l.Release(context.Background())
 		})
 		// Arrive in order: the first takes the line's turn, the others queue behind it.
-		eventually(t, "waiter in line", func() bool {
+		if !eventually(3*time.Second, func() bool {
 			return c.queues.writerWaits("pool") && c.Status().Waiting["pool"] == i
-		})
+		}) {
+			t.Fatal("timed out waiting for: waiter in line")
+		}
 	}
 	_ = h1.Release(context.Background())
 	_ = h2.Release(context.Background())

@@ -41,7 +41,7 @@ func TestAcquireAllTransfersNoDeadlock(t *testing.T) {
 							t.Errorf("account %s in %d transfers at once", acct, n)
 						}
 					}
-					time.Sleep(2 * time.Millisecond)
+					time.Sleep(2 * time.Millisecond) // the transfer: a workload's duration
 					for _, acct := range p {
 						inside[acct[0]-'a'].Add(-1)
 					}

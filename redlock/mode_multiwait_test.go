@@ -32,7 +32,9 @@ func TestAcquireAllKeepsEarlierKeysWhileWaitingLong(t *testing.T) {
 	// lock (its value never changes: it did not lapse and was not taken again), and
 	// nobody else may take it.
 	var first string
-	eventually(t, "a taken", func() bool { v, ok := rawGet(t, servers[0], "a"); first = v; return ok })
+	if !eventually(3*time.Second, func() bool { v, ok := rawGet(t, servers[0], "a"); first = v; return ok }) {
+		t.Fatal("timed out waiting for: a taken")
+	}
 	until := time.Now().Add(3 * opt.TTL)
 	for time.Now().Before(until) {
 		if v, _ := rawGet(t, servers[0], "a"); v != first {
@@ -44,7 +46,7 @@ func TestAcquireAllKeepsEarlierKeysWhileWaitingLong(t *testing.T) {
 		} else if !isBusy(err) {
 			t.Fatal(err)
 		}
-		time.Sleep(50 * time.Millisecond)
+		time.Sleep(50 * time.Millisecond) // the checks' pace over the 3 ttls under test
 	}
 	if err := busy.Release(ctx); err != nil {
 		t.Fatal(err)
@@ -80,7 +82,9 @@ func TestAcquireAllRetakesASetWhoseEarlierKeyWasLost(t *testing.T) {
 		t.Fatal(err)
 	}
 	done := acquireAllLater(a, []string{"a", "z"}, 5*time.Second)
-	eventually(t, "a held by the set", func() bool { return a.holding("a") != nil })
+	if !eventually(3*time.Second, func() bool { return a.holding("a") != nil }) {
+		t.Fatal("timed out waiting for: a held by the set")
+	}
 	if _, err := a.ForceRelease(ctx, "a"); err != nil {
 		t.Fatal(err)
 	}

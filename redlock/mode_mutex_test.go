@@ -37,7 +37,7 @@ func TestMutualExclusion(t *testing.T) {
 						t.Errorf("key %d: %d holders at once", k, n)
 					}
 					entered.Add(1)
-					time.Sleep(time.Millisecond)
+					time.Sleep(time.Millisecond) // the hold: a workload's duration
 					inside[k].Add(-1)
 					if err := l.Release(context.Background()); err != nil {
 						t.Errorf("release: %v", err)
@@ -116,6 +116,6 @@ func TestExtendAfterTakeoverReportsLoss(t *testing.T) {
 	select {
 	case <-la.done.Done():
 	default:
-		t.Fatal("Lost() not closed after a definitive extend failure")
+		t.Fatal("Context not cancelled after a definitive extend failure")
 	}
 }

@@ -24,7 +24,9 @@ func TestSharedWriterWaitsOnlyForReadersInside(t *testing.T) {
 		}
 		t.Run(name, func(t *testing.T) {
 			servers := redistest.StartN(t, 3)
-			c := newTestClient(t, servers, fastOptions())
+			opt := fastOptions()
+			tries := countTries(&opt)
+			c := newTestClient(t, servers, opt)
 			wc := c
 			if !local {
 				wc = newTestClient(t, servers, fastOptions())
@@ -40,10 +42,10 @@ func TestSharedWriterWaitsOnlyForReadersInside(t *testing.T) {
 					return
 				}
 				writerAt <- order.Add(1)
-				time.Sleep(10 * time.Millisecond)
+				time.Sleep(10 * time.Millisecond) // its hold: the late readers may not come in meanwhile
 				_ = w.Release(context.Background())
 			}()
-			eventually(t, "writer marked as waiting", func() bool {
+			if !eventually(3*time.Second, func() bool {
 				marked := 0
 				for _, s := range servers {
 					if _, ok := rawGet(t, s, "doc"+writerSuffix); ok {
@@ -51,16 +53,28 @@ func TestSharedWriterWaitsOnlyForReadersInside(t *testing.T) {
 					}
 				}
 				return marked >= 2
-			})
-			time.Sleep(joinWindow) // a join window at most (a round trip): not the old 100ms
-			// Late readers of the group's own client, while the first reader still reads.
+			}) {
+				t.Fatal("timed out waiting for: writer marked as waiting")
+			}
+			// The first reader's group takes joiners for a round trip at most (joinWindow):
+			// a window that must lapse, so a sleep.
+			time.Sleep(joinWindow)
+			// Late readers of the group's own client, while the first reader still reads,
+			// and all of them in Redis (refused there) before it leaves. Were they to join
+			// its group instead, they would never be counted: the order below says so.
+			reads0, _ := tries.tries(len(servers))
 			var wg sync.WaitGroup
 			var readersAt readerLog
 			for range 5 {
 				startReader(t, &wg, c, "doc", &order, 20*time.Millisecond, &readersAt)
-				time.Sleep(2 * time.Millisecond)
+				time.Sleep(2 * time.Millisecond) // arrivals spread out: a workload's shape, not a barrier
 			}
-			time.Sleep(20 * time.Millisecond)
+			if !eventually(3*time.Second, func() bool {
+				reads, _ := tries.tries(len(servers))
+				return waitingReaders(c, "doc") == 5 && reads >= reads0+5
+			}) {
+				t.Log("the late readers are not all waiting in Redis")
+			}
 			if err := r1.Release(context.Background()); err != nil {
 				t.Fatal(err)
 			}
@@ -81,6 +95,7 @@ func TestSharedWaitingReadersAllWakeOnRelease(t *testing.T) {
 	wc := newTestClient(t, servers, wopt)
 	opt := fastOptions()
 	opt.RetryDelayMin, opt.RetryDelayMax = 5*time.Second, 5*time.Second // only a notice wakes them in time
+	tries := countTries(&opt)
 	rc := newTestClient(t, servers, opt)
 	w := mustAcquire(t, wc, "doc", write)
 	const readers = 5
@@ -99,10 +114,8 @@ func TestSharedWaitingReadersAllWakeOnRelease(t *testing.T) {
 			_ = l.Release(context.Background())
 		})
 	}
-	eventually(t, "readers waiting on a subscription", func() bool {
-		rc.readers.mu.Lock()
-		n := rc.readers.waiting["doc"]
-		rc.readers.mu.Unlock()
+	if !eventually(3*time.Second, func() bool {
+		n := waitingReaders(rc, "doc")
 		rc.notices.mu.Lock()
 		nw := rc.notices.m[rc.names("doc").channel]
 		rc.notices.mu.Unlock()
@@ -115,11 +128,17 @@ func TestSharedWaitingReadersAllWakeOnRelease(t *testing.T) {
 		default:
 			return false
 		}
-	})
-	time.Sleep(50 * time.Millisecond) // every reader past its second try, asleep
+	}) {
+		t.Fatal("timed out waiting for: readers waiting on a subscription")
+	}
+	if !eventually(3*time.Second, func() bool { reads, _ := tries.tries(len(servers)); return reads >= 2*readers }) {
+		t.Fatal("timed out waiting for: every reader past its second try, asleep")
+	}
 	_ = w.Release(context.Background())
 	// Loose: well under the retry delay, far above a round trip.
-	eventually(t, "every waiting reader in after the writer's release", func() bool { return in.Load() == readers })
+	if !eventually(3*time.Second, func() bool { return in.Load() == readers }) {
+		t.Fatal("timed out waiting for: every waiting reader in after the writer's release")
+	}
 	close(all)
 	wg.Wait()
 }
@@ -128,7 +147,9 @@ func TestSharedWaitingReadersAllWakeOnRelease(t *testing.T) {
 // of that client wait for the key, and those readers go in before that writer.
 func TestSharedWriterReleaseLetsWaitingReadersFirst(t *testing.T) {
 	servers := redistest.StartN(t, 3)
-	c := newTestClient(t, servers, fastOptions())
+	opt := fastOptions()
+	tries := countTries(&opt)
+	c := newTestClient(t, servers, opt)
 	w1 := mustAcquire(t, c, "doc", AcquireOptions{Wait: time.Second})
 	var order atomic.Int32
 	w2At := make(chan int32, 1)
@@ -142,20 +163,29 @@ func TestSharedWriterReleaseLetsWaitingReadersFirst(t *testing.T) {
 		w2At <- order.Add(1)
 		_ = w2.Release(context.Background())
 	}()
-	eventually(t, "second writer queued", func() bool {
+	if !eventually(3*time.Second, func() bool {
 		c.queues.mu.Lock()
 		defer c.queues.mu.Unlock()
 		q := c.queues.m["doc"]
 		return q != nil && len(q.waiters) == 1
-	})
+	}) {
+		t.Fatal("timed out waiting for: second writer queued")
+	}
 	const readers = 3
 	var wg sync.WaitGroup
 	var readersAt readerLog
 	for range readers {
 		startReader(t, &wg, c, "doc", &order, 20*time.Millisecond, &readersAt)
 	}
-	eventually(t, "readers waiting", func() bool { return c.readers.readersWait("doc") })
-	time.Sleep(50 * time.Millisecond)
+	if !eventually(3*time.Second, func() bool { return c.readers.readersWait("doc") }) {
+		t.Fatal("timed out waiting for: readers waiting")
+	}
+	if !eventually(3*time.Second, func() bool {
+		reads, _ := tries.tries(len(servers))
+		return waitingReaders(c, "doc") == readers && reads >= 2*readers
+	}) {
+		t.Fatal("timed out waiting for: every reader waiting, and as many tries as two each")
+	}
 	_ = w1.Release(context.Background())
 	wg.Wait()
 	got := <-w2At
@@ -188,7 +218,7 @@ func startReader(t *testing.T, wg *sync.WaitGroup, c *Client, key string, order 
 		log.mu.Lock()
 		log.at = append(log.at, order.Add(1))
 		log.mu.Unlock()
-		time.Sleep(hold)
+		time.Sleep(hold) // its read: a workload's duration
 		_ = l.Release(context.Background())
 	})
 }

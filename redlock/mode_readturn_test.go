@@ -83,8 +83,10 @@ func TestReadersTurnScripts(t *testing.T) {
 	if r := read("R1"); r[0] != 1 {
 		t.Fatalf("reader refused during its turn (past a writer's mark): %v", r)
 	}
-	// The turn lapses; the reader inside keeps the name.
-	time.Sleep(turn*time.Millisecond + 50*time.Millisecond)
+	// The turn lapses (its mark expires); the reader inside keeps the name.
+	if !eventually(turn*time.Millisecond+3*time.Second, func() bool { return rc.Exists(ctx, keys[4]).Val() == 0 }) {
+		t.Fatalf("the readers' turn never lapsed: mark %q", get(keys[4]))
+	}
 	if r := read("R2"); r[0] != 0 {
 		t.Fatalf("late reader granted past a waiting writer after the turn: %v", r)
 	}
@@ -169,9 +171,12 @@ func TestReadersTurnAsked(t *testing.T) {
 func TestSharedReadersGoBeforeOtherClientsWriter(t *testing.T) {
 	servers := redistest.StartN(t, 3)
 	wa := newTestClient(t, servers, fastOptions())
-	wc := newTestClient(t, servers, fastOptions())
+	wopt := fastOptions()
+	wtries := countTries(&wopt)
+	wc := newTestClient(t, servers, wopt)
 	ropt := fastOptions()
 	ropt.RetryDelayMin, ropt.RetryDelayMax = 5*time.Second, 5*time.Second // only notices wake them
+	rtries := countTries(&ropt)
 	rb := newTestClient(t, servers, ropt)
 	const readers, rounds = 4, 6
 	const hold = 30 * time.Millisecond
@@ -180,16 +185,16 @@ func TestSharedReadersGoBeforeOtherClientsWriter(t *testing.T) {
 		var order atomic.Int32
 		var wg sync.WaitGroup
 		var readersAt readerLog
+		reads0, _ := rtries.tries(len(servers))
+		_, writes0 := wtries.tries(len(servers))
 		for range readers {
 			startReader(t, &wg, rb, "doc", &order, hold, &readersAt)
 		}
 		w2At := make(chan int32, 1)
 		w2Waited := make(chan time.Duration, 1)
-		eventually(t, "readers waiting", func() bool {
-			rb.readers.mu.Lock()
-			defer rb.readers.mu.Unlock()
-			return rb.readers.waiting["doc"] == readers
-		})
+		if !eventually(3*time.Second, func() bool { return waitingReaders(rb, "doc") == readers }) {
+			t.Fatal("timed out waiting for: readers waiting")
+		}
 		go func() {
 			t0 := time.Now()
 			w2, err := wc.Acquire(context.Background(), "doc", AcquireOptions{Wait: 10 * time.Second})
@@ -202,7 +207,14 @@ func TestSharedReadersGoBeforeOtherClientsWriter(t *testing.T) {
 			w2At <- order.Add(1)
 			_ = w2.Release(context.Background())
 		}()
-		time.Sleep(50 * time.Millisecond) // the readers asleep on their notice, the writer too
+		// The readers asleep on their notice, the writer too: each past its second try.
+		if !eventually(3*time.Second, func() bool {
+			reads, _ := rtries.tries(len(servers))
+			_, writes := wtries.tries(len(servers))
+			return reads >= reads0+2*readers && writes >= writes0+2
+		}) {
+			t.Fatalf("round %d: timed out waiting for the readers and the writer to try twice", round)
+		}
 		released := time.Now()
 		if err := w1.Release(context.Background()); err != nil {
 			t.Fatal(err)
@@ -227,14 +239,14 @@ func (h delayHook) DialHook(next redis.DialHook) redis.DialHook { return next }
 
 func (h delayHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		time.Sleep(time.Duration(h))
+		time.Sleep(time.Duration(h)) // the distance: a duration under test
 		return next(ctx, cmd)
 	}
 }
 
 func (h delayHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
-		time.Sleep(time.Duration(h))
+		time.Sleep(time.Duration(h)) // the distance: a duration under test
 		return next(ctx, cmds)
 	}
 }
@@ -282,12 +294,14 @@ func TestDistantReaderGetsATurn(t *testing.T) {
 					return
 				}
 				holds.Add(1)
-				time.Sleep(200 * time.Millisecond) // its work
+				time.Sleep(200 * time.Millisecond) // its work: the hold the reader's turn must fit between
 				_ = l.Release(ctx)
 			}
 		})
 	}
-	eventually(t, "writers taking the key in turn", func() bool { return holds.Load() >= 2 })
+	if !eventually(3*time.Second, func() bool { return holds.Load() >= 2 }) {
+		t.Fatal("timed out waiting for: writers taking the key in turn")
+	}
 	from := holds.Load()
 	l, err := r.Acquire(ctx, "doc", AcquireOptions{Shared: true, Wait: 10 * time.Second})
 	passed := holds.Load() - from

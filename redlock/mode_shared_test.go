@@ -119,7 +119,7 @@ func TestSharedWaitingWriterKeepsNewReadersOut(t *testing.T) {
 	// Once the writer has tried with the script (its second try, after subscribing), it
 	// is marked as waiting on a majority (the others may have granted it): a new reader
 	// is refused.
-	eventually(t, "writer marked as waiting", func() bool {
+	if !eventually(3*time.Second, func() bool {
 		marked := 0
 		for _, s := range servers {
 			if _, ok := rawGet(t, s, "doc"+writerSuffix); ok {
@@ -127,7 +127,9 @@ func TestSharedWaitingWriterKeepsNewReadersOut(t *testing.T) {
 			}
 		}
 		return marked >= 2
-	})
+	}) {
+		t.Fatal("timed out waiting for: writer marked as waiting")
+	}
 	// A reader of a's own (r1's group) could join r1's entry for a moment (readgroup.go):
 	// the new readers come from a client of their own.
 	late := newTestClient(t, servers, fastOptions())
@@ -143,7 +145,10 @@ func TestSharedWaitingWriterKeepsNewReadersOut(t *testing.T) {
 		}
 		readerDone <- err
 	}()
-	time.Sleep(50 * time.Millisecond)
+	// The late reader refused (by the writer's mark) and waiting for a release notice.
+	if !eventually(3*time.Second, func() bool { return watching(late, "doc") }) {
+		t.Fatal("timed out waiting for: the late reader waits for a release notice")
+	}
 	if err := r1.Release(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -152,7 +157,7 @@ func TestSharedWaitingWriterKeepsNewReadersOut(t *testing.T) {
 		t.FailNow()
 	}
 	writerAt = order.Add(1)
-	time.Sleep(20 * time.Millisecond)
+	time.Sleep(20 * time.Millisecond) // the writer's hold: the late reader may not come in meanwhile
 	if err := w.Release(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -179,6 +184,7 @@ func TestSharedReaderEntriesExpireOnTheirOwn(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = mustAcquire(t, b, "doc", read) // crashed: never renewed nor released
+	// Past the crashed reader's ttl (600ms): a lapse under test.
 	time.Sleep(1500 * time.Millisecond)
 	if kept.err() != nil {
 		t.Fatalf("kept-alive reader lost: %v", kept.err())
@@ -248,7 +254,7 @@ func TestSharedForceRelease(t *testing.T) {
 	r1 := mustAcquire(t, c, "doc", read)
 	r2 := mustAcquire(t, c, "doc", read) // joins r1's entry
 	r3 := mustAcquire(t, other, "doc", read)
-	eventually(t, "2 reader entries on every node", func() bool {
+	if !eventually(3*time.Second, func() bool {
 		st, err := c.Inspect(context.Background(), "doc")
 		if err != nil || !st.QuorumHeld || !st.HeldHere {
 			return false
@@ -259,7 +265,9 @@ func TestSharedForceRelease(t *testing.T) {
 			}
 		}
 		return true
-	})
+	}) {
+		t.Fatal("timed out waiting for: 2 reader entries on every node")
+	}
 	res, err := c.ForceRelease(context.Background(), "doc")
 	if err != nil || res.Deleted != 3 {
 		t.Fatalf("force release: %+v, %v", res, err)
@@ -301,13 +309,13 @@ func TestSharedMutualExclusion(t *testing.T) {
 						if writers.Load() != 0 {
 							t.Errorf("a reader entered while a writer holds the key")
 						}
-						time.Sleep(3 * time.Millisecond)
+						time.Sleep(3 * time.Millisecond) // the read: a workload's duration
 						readers.Add(-1)
 					} else {
 						if n := writers.Add(1); n != 1 || readers.Load() != 0 {
 							t.Errorf("a writer entered with %d writers and %d readers inside", n, readers.Load())
 						}
-						time.Sleep(time.Millisecond)
+						time.Sleep(time.Millisecond) // the write: a workload's duration
 						writers.Add(-1)
 					}
 					if err := l.Release(context.Background()); err != nil {
@@ -343,7 +351,7 @@ func TestSharedReadersOfOneClientShareTheEntry(t *testing.T) {
 	if err := r1.Release(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(fastOptions().TTL + 200*time.Millisecond) // past r1's validity: r2 renews the entry
+	time.Sleep(fastOptions().TTL + 200*time.Millisecond) // past r1's validity (a lapse under test): r2 renews the entry
 	if r2.err() != nil {
 		t.Fatalf("the joiner lost the key after the first reader left: %v", r2.err())
 	}

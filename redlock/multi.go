@@ -8,6 +8,24 @@ import (
 	"time"
 )
 
+// Several keys
+//
+// AcquireAll takes sorted, distinct keys one by one, each an ordinary lock of the
+// requested mode, releasing those taken when one fails. Claim: no deadlock among callers,
+// whatever key sets they ask for. A caller holding keys waits only for a key larger than
+// every key it holds; in a cycle of callers each waiting for a key the next holds, the
+// keys waited for would strictly increase around the cycle, which cannot close. (The wait
+// also bounds each call.) Safety per key is each lock's own; the set is lost when any of
+// its locks is, which the caller watches.
+//
+// Claim: every lock AcquireAll returns is held, with the validity Lock.Info reports. The
+// wait for a later key may outlast the ttl, so the keys already taken are renewed
+// meanwhile (renewer.hold, the same batched renewals as KeepAlive) and the wait ends
+// early when one of them is lost; a set with a lost lock is released whole and taken
+// again while the wait lasts (TestAcquireAllKeepsEarlierKeysWhileWaitingLong,
+// TestAcquireAllRetakesASetWhoseEarlierKeyWasLost). Its renewals stop when AcquireAll
+// returns; the caller's KeepAlive continues from the last renewal.
+
 // MaxKeys caps the keys AcquireAll takes together.
 const MaxKeys = 16
 

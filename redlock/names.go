@@ -12,7 +12,7 @@ import (
 const (
 	counterSuffix = "\x00fence"
 	channelSuffix = "\x00released"
-	// Shared locks only (doc.go, "Shared locks"): the readers' set, the mark of a
+	// Shared locks only (readgroup.go, "Shared locks"): the readers' set, the mark of a
 	// writer waiting for the readers to leave, and the mark of readers waiting for a
 	// writer (then the readers' turn after its release).
 	readersSuffix = "\x00readers"

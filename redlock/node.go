@@ -55,13 +55,13 @@ type NodeStatus struct {
 	// LastErrorAt and LastCheck are when the last failure and the last health check were.
 	LastErrorAt, LastCheck time.Time
 	RunID                  string    // the server's run_id: a change means a restart
-	QuarantinedUntil       time.Time // a node that may have lost its keys does not vote before then (voting.go)
+	QuarantinedUntil       time.Time // a node that may have lost its keys does not vote before then
 	// QuarantineCause says why: QuarantineRestart, QuarantineDataLoss or QuarantineYoung ("" when it votes).
 	QuarantineCause QuarantineCause
 	// Votes reports whether the node's grants count towards a quorum now: it is up and
 	// not quarantined (the library's own rule; an operator view needs no other).
 	Votes  bool
-	Marker bool   // the node keeps this client's data marker (dataloss.go): losses without a restart are seen
+	Marker bool   // the node keeps the data marker this client read: losses without a restart are seen
 	Errors uint64 // failed commands so far
 }
 

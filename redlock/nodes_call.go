@@ -57,7 +57,7 @@ func (c *Client) releaseOnNodes(ctx context.Context, nm names, value string, ski
 	case nm.shared:
 		cmd = transport.NewCommand(readReleaseScript, []string{nm.lock, nm.counter, nm.writer, nm.readers}, value, nm.channel, c.id)
 	case nm.turn != "":
-		// Readers that waited for this writer get their turn (scripts.go, doc.go).
+		// Readers that waited for this writer get their turn (scripts.go, readgroup.go).
 		cmd = transport.NewCommand(releaseScript, []string{nm.lock, nm.turn}, value, c.id, c.readersTurn().Milliseconds(),
 			c.readersTurnMax().Milliseconds())
 	case !strings.HasPrefix(nm.channel, nm.lock) || nm.channel[len(nm.lock):] != channelSuffix:

@@ -6,6 +6,14 @@ import (
 	"github.com/caddy-redlock/caddy-redlock/redlock/internal/transport"
 )
 
+// Waiting
+//
+// Within one Client, waiters for one key form a FIFO (queue.go); only the head contends
+// in Redis. The head subscribes to the key's release channel on every node (one
+// subscriber connection per node per Client) and waits until enough nodes confirmed the
+// subscription that any majority includes one of them (watch.ready), so a release cannot
+// slip between its try and its sleep. Release publishes on every node it deletes from.
+
 // notifier carries release notices: a holder's release script PUBLISHes on the key's
 // channel on every node; a process keeps ONE subscriber connection per node
 // (transport.Subscription) and adds or drops channels as keys start and stop being

@@ -61,12 +61,16 @@ func TestHealthObserverTransitions(t *testing.T) {
 	if err := servers[0].Pause(); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "node reported down", func() bool { return slices.Contains(rec.snapshot(), "down "+addr) })
-	time.Sleep(10 * opt.HealthInterval) // more failed checks: still one event
+	if !eventually(3*time.Second, func() bool { return slices.Contains(rec.snapshot(), "down "+addr) }) {
+		t.Fatal("timed out waiting for: node reported down")
+	}
+	waitChecks(t, c, 3) // more failed checks: still one event
 	if err := servers[0].Resume(); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "node reported up", func() bool { return slices.Contains(rec.snapshot(), "up "+addr) })
+	if !eventually(3*time.Second, func() bool { return slices.Contains(rec.snapshot(), "up "+addr) }) {
+		t.Fatal("timed out waiting for: node reported up")
+	}
 	if got, want := rec.snapshot(), []string{"down " + addr, "up " + addr}; !slices.Equal(got, want) {
 		t.Fatalf("events = %v, want %v", got, want)
 	}
@@ -74,10 +78,12 @@ func TestHealthObserverTransitions(t *testing.T) {
 		t.Fatal(err)
 	}
 	addr1 := c.Status().Nodes[1].Address
-	eventually(t, "node reported quarantined", func() bool {
+	if !eventually(3*time.Second, func() bool {
 		return slices.Contains(rec.snapshot(), "quarantined restart "+addr1)
-	})
-	time.Sleep(10 * opt.HealthInterval)
+	}) {
+		t.Fatal("timed out waiting for: node reported quarantined")
+	}
+	waitChecks(t, c, 3) // more checks: still one event
 	n := 0
 	for _, e := range rec.snapshot() {
 		if e == "quarantined restart "+addr1 {

@@ -23,10 +23,12 @@ func TestInspectAndForceRelease(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "all nodes hold the key", func() bool {
+	if !eventually(3*time.Second, func() bool {
 		st, err = holder.Inspect(ctx, "inspect")
 		return err == nil && st.Present == 3
-	})
+	}) {
+		t.Fatal("timed out waiting for: all nodes hold the key")
+	}
 	if !st.QuorumHeld || !st.HeldHere {
 		t.Fatalf("holder's view: %+v", st)
 	}
@@ -80,14 +82,16 @@ func TestNodesReportHealth(t *testing.T) {
 	c := newTestClient(t, servers, fastOptions())
 	// The run_id comes with each connection, Up and LastRTT with the first health check:
 	// wait for that check, not for the run_ids.
-	eventually(t, "every node checked", func() bool {
+	if !eventually(3*time.Second, func() bool {
 		for _, s := range c.Status().Nodes {
 			if !s.Checked {
 				return false
 			}
 		}
 		return true
-	})
+	}) {
+		t.Fatal("timed out waiting for: every node checked")
+	}
 	for _, s := range c.Status().Nodes {
 		if !s.Up || s.LastRTT <= 0 {
 			t.Fatalf("node not up: %+v", s)
@@ -96,18 +100,24 @@ func TestNodesReportHealth(t *testing.T) {
 	if err := servers[1].Pause(); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "paused node shows down", func() bool { return !c.Status().Nodes[1].Up })
+	if !eventually(3*time.Second, func() bool { return !c.Status().Nodes[1].Up }) {
+		t.Fatal("timed out waiting for: paused node shows down")
+	}
 	if err := servers[1].Resume(); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "resumed node shows up", func() bool { return c.Status().Nodes[1].Up })
+	if !eventually(3*time.Second, func() bool { return c.Status().Nodes[1].Up }) {
+		t.Fatal("timed out waiting for: resumed node shows up")
+	}
 	if err := servers[2].Restart(); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "restarted node quarantined", func() bool {
+	if !eventually(3*time.Second, func() bool {
 		s := c.Status().Nodes[2]
 		return s.Up && !s.QuarantinedUntil.IsZero() && s.QuarantinedUntil.After(time.Now())
-	})
+	}) {
+		t.Fatal("timed out waiting for: restarted node quarantined")
+	}
 }
 
 // A client closed while it holds a lock (a config reload) keeps renewing it until it is

@@ -91,9 +91,11 @@ func TestNoReadersReleaseGivesNoTurn(t *testing.T) {
 			}
 			return n >= 2
 		}
-		eventually(t, "the refused reader's mark on a majority", func() bool {
+		if !eventually(5*time.Second, func() bool {
 			return marks(func(v string) bool { return v != "" && v != "t" })
-		})
+		}) {
+			t.Fatal("the refused reader's mark never reached a majority")
+		}
 		if err := held.Release(ctx); err != nil {
 			t.Fatal(err)
 		}

@@ -68,12 +68,12 @@ func TestQuarantineCoversOtherClientsTTL(t *testing.T) {
 	b := newTestClient(t, servers, optB)
 	waitRunIDs(t, b)
 	// Like any client that ran for a while next to A, B has read A's announcement.
-	for deadline := time.Now().Add(time.Second); b.bound() != optA.TTL && time.Now().Before(deadline); {
-		time.Sleep(10 * time.Millisecond)
-	}
+	eventually(time.Second, func() bool { return b.bound() == optA.TTL }) // checked at the end
 
 	la := holdThenRestartNode0(t, a, servers)
-	eventually(t, "B sees node 0 restart", func() bool { return !b.Status().Nodes[0].QuarantinedUntil.IsZero() })
+	if !eventually(3*time.Second, func() bool { return !b.Status().Nodes[0].QuarantinedUntil.IsZero() }) {
+		t.Fatal("timed out waiting for: B sees node 0 restart")
+	}
 	// Tries for 2s, well past the stray's expiry and B's own ttl.
 	wantNoSecondHolder(t, b, la)
 	if b.bound() != optA.TTL {
@@ -91,7 +91,7 @@ func TestYoungNodeHoldBackCoversOtherClientsTTL(t *testing.T) {
 	a := newTestClient(t, servers, optA)
 	// Let the nodes age past A's quarantine and apart from node 0's coming restart, so
 	// that node 0 alone will be young (not a fresh start).
-	time.Sleep(optA.TTL + startedTogether + time.Second)
+	time.Sleep(optA.TTL + startedTogether + time.Second) // the nodes' age (uptime): a duration under test
 	la := holdThenRestartNode0(t, a, servers)
 	optB := fastOptions()
 	optB.TTL = 500 * time.Millisecond
@@ -152,7 +152,8 @@ func TestBoundReadingsAreSane(t *testing.T) {
 			a := newTestClient(t, servers, opt)
 			b := newTestClient(t, servers, opt)
 			waitRunIDs(t, b)
-			time.Sleep(3 * opt.HealthInterval) // a few health checks: announcements and readings
+			waitChecks(t, a, 3) // a few health checks: A's announcements
+			waitChecks(t, b, 3) // and B's readings
 			if got := b.bound(); got != tc.want {
 				t.Fatalf("bound %v, want %v", got, tc.want)
 			}

@@ -57,9 +57,11 @@ func newFlushScenario(t *testing.T, opt Options) *flushScenario {
 func TestFlushedNodeDoesNotVote(t *testing.T) {
 	fs := newFlushScenario(t, fastOptions())
 	// B's next health checks see it (they run every 50ms here).
-	eventually(t, "two health checks of node 1 by B after the flush", func() bool {
+	if !eventually(3*time.Second, func() bool {
 		return fs.b.Status().Nodes[0].LastCheck.After(fs.flushed.Add(100 * time.Millisecond))
-	})
+	}) {
+		t.Fatal("timed out waiting for: two health checks of node 1 by B after the flush")
+	}
 	st := fs.b.Status().Nodes[0]
 	if st.QuarantineCause != QuarantineDataLoss || st.Votes || st.QuarantinedUntil.IsZero() {
 		t.Fatalf("node 1 after FLUSHALL: cause %q, votes %v, until %v; want data_loss, not voting", st.QuarantineCause, st.Votes, st.QuarantinedUntil)
@@ -104,14 +106,16 @@ func TestFlushWindowTwoHolders(t *testing.T) {
 // waitMarkers waits until the client has read every node's data marker.
 func waitMarkers(t testing.TB, c *Client) {
 	t.Helper()
-	eventually(t, "every node's marker read", func() bool {
+	if !eventually(3*time.Second, func() bool {
 		for _, s := range c.Status().Nodes {
 			if !s.Marker {
 				return false
 			}
 		}
 		return true
-	})
+	}) {
+		t.Fatal("timed out waiting for: every node's marker read")
+	}
 }
 
 // announceReply builds announceScript's reply for observe.
@@ -282,10 +286,12 @@ func TestSecondFlushBeforeTheMarkerIsReadAgain(t *testing.T) {
 	// it (its marker older than a quarantine: not on a fresh start, which ends as the
 	// other nodes' markers age), and B's quarantine of node 1 runs out meanwhile.
 	a := newTestClient(t, servers, opt)
-	eventually(t, "node 1 votes for A, and B's quarantine of it ran out", func() bool {
+	if !eventually(3*time.Second, func() bool {
 		now := time.Now()
 		return a.Status().Nodes[0].Votes && a.nodes[0].youngUntil(now).IsZero() && now.After(st.QuarantinedUntil)
-	})
+	}) {
+		t.Fatal("timed out waiting for: node 1 votes for A, and B's quarantine of it ran out")
+	}
 	// A holds k on nodes 1 and 2 (a stray value holds node 3 when A asks, then goes).
 	if err := node3.Set(ctx, defaultPrefix+"k", "stray", 10*time.Second).Err(); err != nil {
 		t.Fatal(err)

@@ -38,7 +38,7 @@ func TestRestartedNodesDoNotVoteDuringQuarantine(t *testing.T) {
 		t.Fatalf("unexpected error: %v", err)
 	}
 	// Both restarts are seen (by a new connection or the next health check) and quarantined.
-	eventually(t, "two nodes quarantined", func() bool {
+	if !eventually(3*time.Second, func() bool {
 		q := 0
 		for _, s := range b.Status().Nodes {
 			if !s.QuarantinedUntil.IsZero() {
@@ -46,20 +46,25 @@ func TestRestartedNodesDoNotVoteDuringQuarantine(t *testing.T) {
 			}
 		}
 		return q == 2
-	})
+	}) {
+		t.Fatal("timed out waiting for: two nodes quarantined")
+	}
 	if _, err := b.Acquire(ctx, "restart", AcquireOptions{}); err == nil && la.validity() > 0 {
 		t.Fatal("B acquired during the quarantine while A's lock was valid")
 	}
 	// After the quarantine the nodes vote again and B gets the key. Wait for the end of
 	// the quarantine the client reports, not for a fixed time: it starts when the restart
 	// is first seen, which is as late as B's first acquire after it.
-	var end time.Time
-	for _, s := range b.Status().Nodes {
-		if s.QuarantinedUntil.After(end) {
-			end = s.QuarantinedUntil
+	if !eventually(10*time.Second, func() bool {
+		for _, s := range b.Status().Nodes {
+			if !s.QuarantinedUntil.IsZero() {
+				return false
+			}
 		}
+		return true
+	}) {
+		t.Fatalf("quarantine not over: %+v", b.Status().Nodes)
 	}
-	time.Sleep(time.Until(end) + 10*time.Millisecond)
 	lb, err := b.Acquire(ctx, "restart", AcquireOptions{Wait: 3 * opt.TTL})
 	if err != nil {
 		t.Fatalf("after quarantine: %v", err)
@@ -79,7 +84,7 @@ func TestNewClientHoldsBackYoungNode(t *testing.T) {
 	ctx := context.Background()
 	// Let the nodes age past a quarantine and well apart from node 0's coming restart
 	// (start times are known to within a couple of seconds): only node 0 will be young.
-	time.Sleep(opt.TTL + 4*time.Second)
+	time.Sleep(opt.TTL + 4*time.Second) // the nodes' age (uptime): a duration under test
 	la, err := a.Acquire(ctx, "young", AcquireOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -188,7 +193,9 @@ func TestYoungWindowIsConservative(t *testing.T) {
 	if _, err := other.Acquire(context.Background(), "long", AcquireOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "c learns the 10s bound", func() bool { return c.bound() == 10*time.Second })
+	if !eventually(3*time.Second, func() bool { return c.bound() == 10*time.Second }) {
+		t.Fatal("timed out waiting for: c learns the 10s bound")
+	}
 	// c's own node started long ago (as seen once, which sticks): n, started alone, is
 	// no fresh start.
 	waitRunIDs(t, c)

@@ -32,7 +32,7 @@ import "github.com/caddy-redlock/caddy-redlock/redlock/internal/transport"
 // grant also returns the node's data marker (markerLua, dataloss.go) and, from a node
 // that may evict, its eviction count (evictionsLua). The first try of a writer that may
 // wait, without fencing, does without the script: a plain SET NX PX with the marker's GET
-// behind it (sendRound, doc.go); a busy answer then has no PTTL, and a writer refused by
+// behind it (sendRound, dataloss.go); a busy answer then has no PTTL, and a writer refused by
 // readers leaves its mark from its second try (it retries at once, once subscribed).
 //
 // A key of another type under the lock's name (another client's lock, e.g. Redisson's
@@ -43,13 +43,13 @@ import "github.com/caddy-redlock/caddy-redlock/redlock/internal/transport"
 //
 // Shared readers (readAcquireScript) hold the lock name with sharedMarker: to this script
 // the key is busy, and it marks a writer as waiting (KEYS[3], the owner prefix, for
-// ARGV[7] ms) so that no new reader comes in meanwhile (doc.go, "Shared locks"). A
+// ARGV[7] ms) so that no new reader comes in meanwhile (readgroup.go, "Shared locks"). A
 // writer that gets the key clears its own mark, from its second attempt on: before its
 // first attempt it has left none, so the usual uncontended acquire does not look (a first
 // attempt granted on a quorum may leave a mark where readers refused it; that expires in
 // writerMarkTTL).
 //
-// Fencing (doc.go): the token is the client's proposal when that is above the counter
+// Fencing (fencing.go): the token is the client's proposal when that is above the counter
 // and within the lead of the node's clock (either side), else max(counter+1, node time
 // in µs). So a counter lost in a restart or expired for disuse restarts near the clock,
 // above every token issued before the quarantine; a client whose clock is wrong only
@@ -143,7 +143,7 @@ const maxBoundMsLua = "86400000"
 // announced to it, which every client announces before its first lock command on a
 // connection), whichever is longer. A client with a small max_ttl that has not read a
 // larger bound yet would otherwise let a counter lapse before the tokens of a client with
-// a longer one are overtaken by the clocks (doc.go, "Counter expiry"). A bound above
+// a longer one are overtaken by the clocks (fencing.go, "Counter expiry"). A bound above
 // maxBound is not believed (announceScript replaces it).
 const counterTTLLua = `local nb = redis.pcall('GET', KEYS[#KEYS])
   nb = (type(nb) == 'string' and tonumber(nb)) or 0
@@ -170,7 +170,7 @@ const channelSuffixLua = `\0released`
 // the last entry expires (so the name and the set lapse together, and a plain SET NX,
 // anyone's, finds the key busy). Expired entries (crashed readers) are dropped first.
 //
-// Phases (doc.go, "Shared locks"): a reader refused marks readers as waiting (KEYS[5]
+// Phases (readgroup.go, "Shared locks"): a reader refused marks readers as waiting (KEYS[5]
 // holds, for ARGV[7] ms as a writer's mark, the longest turn the waiting readers asked
 // for, ms: ARGV[9], waitMarkLua); a writer's release that finds that mark turns it into
 // the readers' turn (KEYS[5] = "t", releaseScript) and leaves the lock name holding
@@ -344,7 +344,7 @@ return set
 // length and ARGV[4] the longest turn the releasing client gives, ms: when readers marked
 // themselves as waiting (readAcquireScript), the lock name is left holding sharedMarker,
 // with no reader entry, for the turn, and the mark says it is the readers' turn: the
-// readers woken by the notice go in before any writer (doc.go, "Shared locks"). The turn
+// readers woken by the notice go in before any writer (readgroup.go, "Shared locks"). The turn
 // is ARGV[3], or the longest the waiting readers asked for (the mark's value) up to
 // ARGV[4]. The marker holds nothing: it lapses, or the readers' scripts give it their
 // entries' expiry. A lock taken with AcquireOptions.NoReaders does not look for the mark.

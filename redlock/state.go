@@ -1,21 +1,37 @@
 package redlock
 
+// A lock's states
+//
 // A lock's life is one field, Lock.state (guarded by Lock.mu), changed only through move
-// with the transitions listed in lockMoves. Whether the lock can still be trusted is the
-// other field, Lock.cause: nil while it is, then the first *LostError or ErrReleased, the
-// cause its Context reports. They are apart because a loss is an event, not a stage: it
-// can strike a lock at any stage before it is ended here (an expiry or a renewal in
-// flight may find it gone while its Release is waiting for that renewal), and the release
-// then decides with it (hand on only what is still trusted).
+// with the transitions listed in lockMoves: a round takes it (provisional: its Acquire
+// has not kept it yet, and owns the key's turn meanwhile), Acquire keeps it (held:
+// renewed by KeepAlive, watched through Context; keep moves the turn into it), Release or
+// HandOver begin its end (releasing: no renewal from here), and it ends handed on (to a
+// local waiter, which gets a new provisional Lock for the same value in Redis), released
+// (deleted in Redis, or given up by abandon), or unreleased until the next Release when
+// HandOver found no waiter after all (TestLockMoves pins the table).
 //
 //	provisional --keep--> held --Release/HandOver--> releasing --handoff--> handedOn
 //	     |                                               |   \--deletes---> released
 //	     +--Release (a force release)--> releasing       +--HandOver found no waiter--> unreleased --Release--> releasing
 //	     +--abandon--> released
 //
-// The key's turn in the local line (queue.go, turn) moves with the same steps: the
-// Acquire owns it while the lock is provisional, keep moves it into the lock, and the
-// lock's handoff or its release in Redis spends it, once.
+// Whether the lock can still be trusted is the other field, Lock.cause: nil while it is,
+// then the first *LostError (expired, taken, vanished, max_hold, force released) or
+// ErrReleased, the cause its Context reports. They are apart because a loss is an event,
+// not a stage: it can strike a lock at any stage before it is ended here (an expiry or a
+// renewal in flight may find it gone while its Release is waiting for that renewal), and
+// the release then decides with it (hand on only what is still trusted).
+//
+// The turn spent once. The key's turn in the local line (queue.go, turn) is a value that
+// one owner at a time holds, and it moves with the same steps: the Acquire owns it while
+// the lock is provisional, keep moves it into the lock, and the lock's handoff or its
+// release in Redis spends it. It is spent once: by pass (to the next waiter, or the line
+// is freed) or by handTo (with the lock), so it goes on at most once per holder whatever
+// order a release, a force release and a handoff run in (TestKeepMovesTheTurn,
+// TestTurnIsSpentOnce, TestTurnUnderCancelsHandOversAndForces).
+
+// lockState is where a lock is in its life (the states and their moves: above).
 type lockState uint8
 
 const (

@@ -86,7 +86,7 @@ type keyLedger struct {
 	maxAnyBy     *stressHolder
 	maxPlaceBy   map[string]*stressHolder
 	maxPlace     map[string]int64 // per place of the limited key
-	limitTokens  map[int64]string // the limited key's tokens: distinct (doc.go, "Limited keys")
+	limitTokens  map[int64]string // the limited key's tokens: distinct (limit.go, "Limited keys")
 }
 
 // stressLedger holds the key ledgers and reports violations.

@@ -58,7 +58,7 @@ type stressCounts struct {
 // with fencing on some workers, while nodes are paused past the node timeout (now and
 // then a majority, past the ttl, so locks are lost), restarted without their data, and
 // flushed (FLUSHALL: the data-marker rule quarantines them). The ledger
-// (stress_ledger_test.go) judges every mode's promise (doc.go) at every entry and exit
+// (stress_ledger_test.go) judges every mode's promise (docs/design.md indexes them) at every entry and exit
 // and every few milliseconds: exclusive excludes everyone of the key, readers exclude
 // writers, at most n limit holders and one per place, fencing tokens above those of the
 // holders before. A lost lock is fine; one still trusted while another holder is inside
@@ -111,7 +111,7 @@ func TestStressMixedModes(t *testing.T) {
 		defer close(sweepDone)
 		for runCtx.Err() == nil {
 			ledger.sweep()
-			time.Sleep(3 * time.Millisecond)
+			time.Sleep(3 * time.Millisecond) // the sweep's pace
 		}
 	}()
 
@@ -160,7 +160,7 @@ func injectFaults(t *testing.T, servers []*redistest.Server, dur, ttl time.Durat
 			for _, j := range maj {
 				_ = servers[j].Pause()
 			}
-			time.Sleep(ttl * 6 / 5)
+			time.Sleep(ttl * 6 / 5) // past the ttl: the fault under test
 			for _, j := range maj {
 				_ = servers[j].Resume()
 			}
@@ -185,11 +185,11 @@ func injectFaults(t *testing.T, servers []*redistest.Server, dur, ttl time.Durat
 			note(fmt.Sprintf("pause node %d for %v", i, d))
 			counts.pauses.Add(1)
 			_ = s.Pause()
-			time.Sleep(d)
+			time.Sleep(d) // the pause: the fault under test
 			_ = s.Resume()
 			note(fmt.Sprintf("resumed node %d", i))
 		}
-		time.Sleep(time.Duration(100+rand.IntN(300)) * time.Millisecond)
+		time.Sleep(time.Duration(100+rand.IntN(300)) * time.Millisecond) // the faults' random pace
 	}
 }
 
@@ -261,7 +261,7 @@ func (r stressRole) run(ctx context.Context, t *testing.T, c *Client, who string
 		case isUnavailable(err):
 			counts.unavailable.Add(1)
 			// No quorum (a majority paused or quarantined): it fails at once, so do not spin.
-			time.Sleep(time.Duration(10+rand.IntN(40)) * time.Millisecond)
+			time.Sleep(time.Duration(10+rand.IntN(40)) * time.Millisecond) // a back-off: nothing to wait for
 			continue
 		case err != nil:
 			t.Errorf("%s: acquire: %v", who, err)

@@ -91,7 +91,7 @@ func TestStressHoldersAndTokens(t *testing.T) {
 					}
 					cur, curWho, lastTok, lastWho = l, who, l.Token(), who
 					mu.Unlock()
-					time.Sleep(time.Duration(rand.IntN(1500)) * time.Microsecond)
+					time.Sleep(time.Duration(rand.IntN(1500)) * time.Microsecond) // a random hold: the interleavings under test
 					mu.Lock()
 					if cur == l {
 						cur = nil
@@ -118,10 +118,10 @@ func TestStressHoldersAndTokens(t *testing.T) {
 				}
 			} else {
 				_ = s.Pause()
-				time.Sleep(time.Duration(50+rand.IntN(350)) * time.Millisecond)
+				time.Sleep(time.Duration(50+rand.IntN(350)) * time.Millisecond) // the pause: the fault under test
 				_ = s.Resume()
 			}
-			time.Sleep(time.Duration(100+rand.IntN(300)) * time.Millisecond)
+			time.Sleep(time.Duration(100+rand.IntN(300)) * time.Millisecond) // the faults' random pace
 		}
 		close(stop)
 	})

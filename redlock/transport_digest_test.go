@@ -16,21 +16,17 @@ import (
 // connection asks: internal/transport/digest.go).
 func waitDigests(t testing.TB) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		missing := ""
+	missing := ""
+	if !eventually(5*time.Second, func() bool {
+		missing = ""
 		for _, s := range scripts.List() {
 			if s.Digest() == "" {
 				missing = s.Name()
 			}
 		}
-		if missing == "" {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the %s script's digest was never learned", missing)
-		}
-		time.Sleep(10 * time.Millisecond)
+		return missing == ""
+	}) {
+		t.Fatalf("the %s script's digest was never learned", missing)
 	}
 }
 
@@ -139,7 +135,7 @@ func forgetDigests() {
 // A user with exactly the docs' ACL line (EVAL and EVALSHA, no SCRIPT LOAD) learns
 // the digests and runs the scripts by them.
 func TestDigestsLearnedUnderDocsACLUser(t *testing.T) {
-	servers := aclServers(t, 1, docsACLLine(t, "locker", "s3cret"))
+	servers := aclServers(t, 1, redistest.DocsACLSetUser(t, "locker", "s3cret"))
 	forgetDigests()
 	c, err := New(userURLs(servers, "locker", "s3cret"), fastOptions())
 	if err != nil {

@@ -20,17 +20,30 @@ import (
 //     majority of the nodes (freshStart: a new deployment, which cannot be told apart
 //     from a majority restart, which Redlock without persistence cannot survive anyway).
 //
+// Restart quarantine across clients
+//
+// Claim: a node x that lost its keys in a restart does not vote until every lock any
+// client held on x before the restart has lapsed.
+//
 // The bound is not this client's own ttl: another client (another Caddy route or
 // instance, a background job) may hold keys on the same nodes with a longer one. Every
-// client has a MaxTTL (no lock it takes may have a longer ttl) and announces it to every
-// node on every new connection, before the connection carries a lock command, and on
-// every health check (announceScript keeps the largest announced value under the prefix,
-// expiring well after its announcer stops). The bound a client uses is the largest of its
-// own MaxTTL and what the nodes say, read again on every health check; the quarantine is
-// computed from it whenever it is asked, never frozen when the restart was seen. So a
-// node granted a lock of ttl T only after it stored a bound >= T, and a restart forgets
-// that on the restarted node only: the majorities that hold the other clients' locks
-// still remember it.
+// client has a MaxTTL (it refuses locks with a longer ttl) and announces it on every new
+// connection, before that connection carries any lock command, and on every health
+// check; each node keeps the largest announced (announceScript, under the prefix,
+// expiring well after its announcer stops). So when x granted a lock of ttl T to client
+// A, x knew a bound >= T, and so did every node of A's majority. A lock's holder trusts
+// it for at most ttl - drift after the start of its last successful round, which ran
+// before x's restart. Client B holds x back for bound + drift(bound) after it saw the
+// restart (run_id changed), or after x's start by its uptime (a client that met x after
+// the restart), where bound is the largest of its own MaxTTL and the values it read from
+// the nodes (read again on every health check), recomputed whenever a vote is judged,
+// never frozen when the restart was seen. B has read A's announcement from the nodes
+// unless A began to use the nodes less than a health interval before B's last reading
+// and B's own quarantine ran out before its next one: docs/safety.md tells operators to
+// set max_ttl alike on every client for that reason. A node restarted without data
+// forgets the bound too, but the other nodes of A's majority keep it; only a majority
+// restarting at once loses it, and that Redlock without persistence cannot survive in
+// any case (the fresh start above: freshStart).
 
 // startedTogether is how close the start times of nodes must be for them to count as
 // one fresh start: INFO uptime is in whole seconds, so each start time is known to

@@ -1,6 +1,7 @@
-// Package childproc starts and stops the helper processes of the chaos suite and the
-// benchmark (redis-server, cmd/caddy, proxies): each logs to a file, dies with its parent,
-// and is only ever signalled by its own PID while it runs.
+// Package childproc starts and stops helper processes (redis-server, cmd/caddy, proxies,
+// prometheus) for the tests, the chaos suite and the benchmark: each dies with its parent
+// (Fork: the one place that knows how), and is only ever signalled by its own PID while it
+// runs. Start also logs it to a file.
 package childproc
 
 import (
@@ -18,8 +19,8 @@ type Child struct {
 	Name string
 	cmd  *exec.Cmd
 	pid  int
-	done chan struct{} // closed once the child was reaped
-	err  error         // Wait's result, valid once done is closed
+	done <-chan struct{} // closed once the child was reaped
+	err  error           // Wait's result, valid once done is closed
 }
 
 var (
@@ -39,30 +40,56 @@ func Start(name, bin string, args, env []string, dir, logPath string) (*Child, e
 	cmd.Dir = dir
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.Env = append(os.Environ(), env...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	c := &Child{Name: name, cmd: cmd, done: make(chan struct{})}
-	started := make(chan error, 1)
-	// Pdeathsig fires when the forking thread exits: this goroutine keeps its thread
-	// locked until the child has exited, so the signal comes only when the parent dies.
-	go func() {
-		runtime.LockOSThread() // never unlocked: the thread is discarded with the goroutine
-		defer logf.Close()
-		if err := cmd.Start(); err != nil {
-			started <- err
-			return
-		}
-		c.pid = cmd.Process.Pid
-		started <- nil
-		c.err = cmd.Wait()
-		close(c.done)
-	}()
-	if err := <-started; err != nil {
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	c := &Child{Name: name, cmd: cmd}
+	done, err := Fork(cmd, func(err error) {
+		logf.Close()
+		c.err = err
+	})
+	if err != nil {
+		logf.Close()
 		return nil, fmt.Errorf("start %s: %w", name, err)
 	}
+	c.pid, c.done = cmd.Process.Pid, done
 	mu.Lock()
 	children[c] = true
 	mu.Unlock()
 	return c, nil
+}
+
+// Fork starts cmd with a parent-death signal (SIGKILL: the child dies with this
+// process, also when a test binary is killed) and waits for it; exited, if not nil, gets
+// Wait's result before the returned channel closes.
+//
+// The parent-death signal fires when the forking *thread* exits, not the process, and Go
+// ends a thread when a goroutine locked to it ends (redistest's servers do, as they
+// stop): a child forked from a thread that later ended that way was killed in the middle
+// of a test. So the fork happens on a goroutine that keeps its thread locked until the
+// child has exited.
+func Fork(cmd *exec.Cmd, exited func(error)) (<-chan struct{}, error) {
+	if cmd.SysProcAttr == nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{}
+	}
+	cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
+	done := make(chan struct{})
+	started := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread() // never unlocked: the thread is discarded with the goroutine
+		if err := cmd.Start(); err != nil {
+			started <- err
+			return
+		}
+		started <- nil
+		err := cmd.Wait()
+		if exited != nil {
+			exited(err)
+		}
+		close(done)
+	}()
+	if err := <-started; err != nil {
+		return nil, err
+	}
+	return done, nil
 }
 
 // PID is the child's process id.

@@ -7,6 +7,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/caddy-redlock/caddy-redlock/internal/testwait"
 )
 
 // A real child: its output goes to the log, it can be paused and resumed by PID, Stop
@@ -19,15 +21,11 @@ func TestStartSignalStop(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		if b, _ := os.ReadFile(log); strings.Contains(string(b), "started") {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("no output in the log")
-		}
-		time.Sleep(20 * time.Millisecond)
+	if !testwait.Eventually(5*time.Second, func() bool {
+		b, _ := os.ReadFile(log)
+		return strings.Contains(string(b), "started")
+	}) {
+		t.Fatal("no output in the log")
 	}
 	if err := c.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)

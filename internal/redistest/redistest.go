@@ -9,13 +9,14 @@
 //	_ = servers[0].Resume()                  // SIGCONT: it answers again
 //	_ = servers[1].Restart()                 // same port, empty dataset, new run_id
 //
-// Real deployments (tls.go, command.go):
+// Real deployments (tls.go, command.go, acl.go):
 //
 //	pki := redistest.NewPKI(t, "redis.test")  // CA, server and client certificates, made now
 //	tlsServers := redistest.StartN(t, 3, redistest.Options{TLS: pki, TLSAuthClients: true})
 //	_ = tlsServers[0].URL()                   // "rediss://127.0.0.1:PORT"
 //	_ = servers[0].SocketURL()                // "unix:///tmp/redistest-.../redis.sock"
 //	_, _ = servers[0].Command("ACL", "SETUSER", "u", "on", ">pw", "~p:*", "+get")
+//	_, _ = servers[0].Command(redistest.DocsACLSetUser(t, "u", "pw")...) // docs/connecting.md's user (acl.go)
 //
 // Without a testing.T (the caller must Stop every server):
 //
@@ -40,13 +41,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/caddy-redlock/caddy-redlock/internal/childproc"
 )
 
 // Options for starting servers.
@@ -84,7 +86,7 @@ var errPortInUse = errors.New("port already in use")
 type proc struct {
 	cmd  *exec.Cmd
 	pid  int
-	done chan struct{}
+	done <-chan struct{}
 	err  error
 }
 
@@ -389,31 +391,14 @@ func (s *Server) launch() (*proc, error) {
 	cmd := exec.Command(s.bin, s.commandArgs()...)
 	cmd.Dir = s.dir
 	cmd.Stdout, cmd.Stderr = out, out
-	cmd.SysProcAttr = &syscall.SysProcAttr{
-		Setpgid:   true,
-		Pdeathsig: syscall.SIGKILL,
-	}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 
-	p := &proc{cmd: cmd, done: make(chan struct{})}
-	started := make(chan error, 1)
-	// The goroutine forks and reaps the child and ends when the child has
-	// exited. It stays locked to its OS thread because Pdeathsig fires when
-	// the forking *thread* exits: this way the thread outlives the child,
-	// and the child still dies with the test binary.
-	go func() {
-		runtime.LockOSThread() // never unlocked: the thread is discarded with the goroutine
-		if err := cmd.Start(); err != nil {
-			started <- err
-			return
-		}
-		p.pid = cmd.Process.Pid
-		started <- nil
-		p.err = cmd.Wait()
-		close(p.done)
-	}()
-	if err := <-started; err != nil {
+	p := &proc{cmd: cmd}
+	done, err := childproc.Fork(cmd, func(err error) { p.err = err }) // dies with the test binary
+	if err != nil {
 		return nil, fmt.Errorf("exec %s: %w", s.bin, err)
 	}
+	p.pid, p.done = cmd.Process.Pid, done
 
 	err = s.waitReady(p)
 	if err == nil {

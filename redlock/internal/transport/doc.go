@@ -12,6 +12,9 @@
 //	             error, checked; Silent), Record (one call's outcome, told to Config.Observe),
 //	             Check (the health check: Config.Hello's commands, replies to Config.Heard),
 //	             Do and Pipeline (one command, a few in one round trip), Close
+//	config.go    Config: what a Node needs from its owner, plain values and callbacks
+//	             (timeout, pipelining, TLS and Build, Scripts, Observe, Hello and Heard,
+//	             the probe's name, the Closed error, Logger)
 //	url.go       ParseURL: the one parser of node URLs, and the address shown for a node
 //	connect.go   the go-redis options and client (timeouts, TLS, Config.Build), TLSWarning
 //	reply.go     Reply: a command's value and error, with the conversions redlock reads

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/caddy-redlock/caddy-redlock/internal/redistest"
+	"github.com/caddy-redlock/caddy-redlock/internal/testwait"
 )
 
 var errClosed = &closedError{}
@@ -46,19 +47,17 @@ func newTestNode(t testing.TB, s *redistest.Server, cfg Config) *Node {
 // waitDigests waits until a node told every script's digest (a new connection asks).
 func waitDigests(t testing.TB, n *Node, ss *Scripts) {
 	t.Helper()
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+	if !testwait.Eventually(5*time.Second, func() bool {
 		if err := n.Do(context.Background(), "ping").Err(); err != nil {
 			t.Fatal(err)
 		}
-		known := true
 		for _, s := range ss.List() {
-			known = known && s.Digest() != ""
+			if s.Digest() == "" {
+				return false
+			}
 		}
-		if known {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("digests never learned")
-		}
+		return true
+	}) {
+		t.Fatal("digests never learned")
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/caddy-redlock/caddy-redlock/internal/redistest"
+	"github.com/caddy-redlock/caddy-redlock/internal/testwait"
 )
 
 // Test scripts: a SET NX and its compare-and-delete cleanup, as a round and its release.
@@ -333,14 +334,12 @@ func TestSubscriptionNotices(t *testing.T) {
 		t.Fatalf("want the message, got %+v", m)
 	}
 	sub.Remove("ch")
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		r, _ := n.Do(context.Background(), "pubsub", "numsub", "ch").Slice()
-		if len(r) == 2 && r[1] == int64(0) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("still subscribed: %v", r)
-		}
+	var r []any
+	if !testwait.Eventually(5*time.Second, func() bool {
+		r, _ = n.Do(context.Background(), "pubsub", "numsub", "ch").Slice()
+		return len(r) == 2 && r[1] == int64(0)
+	}) {
+		t.Fatalf("still subscribed: %v", r)
 	}
 }
 

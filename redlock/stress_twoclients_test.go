@@ -1,4 +1,4 @@
-package caddyredlock
+package redlock
 
 import (
 	"context"
@@ -8,26 +8,23 @@ import (
 	"time"
 
 	"github.com/caddy-redlock/caddy-redlock/internal/redistest"
-	"github.com/caddy-redlock/caddy-redlock/redlock"
 )
 
-func TestZZStressTwoClients(t *testing.T) {
+// Two clients that differ in their node timeout (200ms and 300ms, as two instances
+// configured apart) share one fencing key on 5 nodes: eight workers take it in turn
+// through either client for 8 s, and no two of them ever hold it at once.
+func TestStressTwoClientsNodeTimeouts(t *testing.T) {
 	skipShort(t)
 	servers := redistest.StartN(t, 5)
-	urls := redistest.URLs(servers)
-	mk := func(nt time.Duration) *redlock.Client {
-		c, err := redlock.New(urls, redlock.Options{Prefix: "zz:", TTL: 2 * time.Second, NodeTimeout: nt})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return c
+	mk := func(nt time.Duration) *Client {
+		return newTestClient(t, servers, Options{Prefix: "zz:", TTL: 2 * time.Second, NodeTimeout: nt})
 	}
 	var inside atomic.Int32
-	var cur atomic.Pointer[redlock.Lock]
+	var cur atomic.Pointer[Lock]
 	var curClient atomic.Int32
 	var overlaps atomic.Int32
 	var total atomic.Int32
-	clients := []*redlock.Client{mk(200 * time.Millisecond), mk(300 * time.Millisecond)}
+	clients := []*Client{mk(200 * time.Millisecond), mk(300 * time.Millisecond)}
 	var wg sync.WaitGroup
 	stop := time.Now().Add(8 * time.Second)
 	for w := 0; w < 8; w++ {
@@ -36,7 +33,7 @@ func TestZZStressTwoClients(t *testing.T) {
 			defer wg.Done()
 			for i := 0; time.Now().Before(stop); i++ {
 				c := clients[(w+i)%2]
-				l, err := c.Acquire(context.Background(), "/r/2", redlock.AcquireOptions{Wait: 20 * time.Second, TTL: 2 * time.Second, Fencing: true})
+				l, err := c.Acquire(context.Background(), "/r/2", AcquireOptions{Wait: 20 * time.Second, TTL: 2 * time.Second, Fencing: true})
 				if err != nil {
 					t.Errorf("acquire: %v", err)
 					return
@@ -52,16 +49,13 @@ func TestZZStressTwoClients(t *testing.T) {
 				cur.Store(l)
 				curClient.Store(int32((w + i) % 2))
 				total.Add(1)
-				time.Sleep(10 * time.Millisecond)
+				time.Sleep(10 * time.Millisecond) // the hold: a workload's duration
 				inside.Add(-1)
 				_ = l.Release(context.Background())
 			}
 		}()
 	}
 	wg.Wait()
-	for _, c := range clients {
-		c.Close()
-	}
 	t.Logf("%d holds, %d overlaps", total.Load(), overlaps.Load())
 	if overlaps.Load() > 0 {
 		t.Fail()

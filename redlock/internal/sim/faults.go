@@ -1,0 +1,448 @@
+package sim
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"time"
+
+	"github.com/caddy-redlock/caddy-redlock/redlock"
+)
+
+// params are a schedule's settings, drawn from its seed.
+type params struct {
+	ttl, nodeTimeout, health time.Duration
+	retry, retryTo           []time.Duration // per client: the retry delay's range (jitter)
+	retryMax                 time.Duration
+	nopipe                   []bool
+	lateStart                time.Duration // the last client starts then (a reload meeting young nodes)
+	roles                    [][]role      // per client, the workers it runs
+	rates                    []float64
+	mayEvict                 []bool // per node: maxmemory with volatile-ttl (evictions happen only there)
+	offsets                  []time.Duration
+	faultEvery               time.Duration
+	beyond                   bool
+}
+
+const driftFactor = 0.01
+
+func drawParams(seed uint64, cfg Config) params {
+	r := rand.New(rand.NewPCG(seed, 0x9a7a))
+	p := params{beyond: cfg.Beyond}
+	p.ttl = []time.Duration{300 * time.Millisecond, 500 * time.Millisecond, time.Second}[r.IntN(3)]
+	p.nodeTimeout = time.Duration(20+r.IntN(40)) * time.Millisecond
+	p.health = time.Second
+	for range cfg.Clients {
+		d := time.Duration(25+r.IntN(75)) * time.Millisecond
+		to := d + time.Duration(50+r.IntN(150))*time.Millisecond
+		p.retry, p.retryTo = append(p.retry, d), append(p.retryTo, to)
+		p.retryMax = max(p.retryMax, to)
+		p.nopipe = append(p.nopipe, r.IntN(3) == 0)
+	}
+	for range cfg.Clients {
+		var rs []role
+		for _, i := range r.Perm(len(roles))[:workersPerClient] {
+			rs = append(rs, roles[i])
+		}
+		p.roles = append(p.roles, rs)
+	}
+	if r.IntN(2) == 0 {
+		p.lateStart = time.Duration(r.Int64N(int64(cfg.Duration / 3)))
+	}
+	for range cfg.Nodes {
+		// Within the bound doc.go assumes: a node's clock runs at most drift_factor
+		// fast or slow against the clients' (validity takes ttl*drift_factor + 2ms off).
+		p.rates = append(p.rates, 1+(r.Float64()*1.6-0.8)*driftFactor)
+		p.offsets = append(p.offsets, time.Duration(r.IntN(40000)-20000)*time.Microsecond)
+		p.mayEvict = append(p.mayEvict, r.IntN(4) != 0)
+	}
+	if cfg.Beyond && r.IntN(2) == 0 {
+		// Past the bound: a node whose clock runs 3 to 10 times drift_factor fast.
+		p.rates[r.IntN(cfg.Nodes)] = 1 + (3+7*r.Float64())*driftFactor
+	}
+	p.faultEvery = time.Duration(150+r.IntN(400)) * time.Millisecond
+	return p
+}
+
+func (p params) String() string {
+	return fmt.Sprintf("ttl=%v node_timeout=%v health=%v retry=%v..%v nopipe=%v late_start=%v rates=%.4f",
+		p.ttl, p.nodeTimeout, p.health, p.retry, p.retryTo, p.nopipe, p.lateStart, p.rates)
+}
+
+func (p params) options(ci int) redlock.Options {
+	return redlock.Options{TTL: p.ttl, NodeTimeout: p.nodeTimeout, DriftFactor: driftFactor,
+		RetryDelayMin: p.retry[ci], RetryDelayMax: p.retryTo[ci], HealthInterval: p.health,
+		DisablePipelining: p.nopipe[ci]}
+}
+
+func (w *World) applyParams(p params) {
+	for i, n := range w.nodes {
+		n.rate, n.offset = p.rates[i], p.offsets[i]
+		n.srv.mayEvict = p.mayEvict[i]
+		n.srv.startUS = n.clockUS()
+	}
+}
+
+// faultKind is one kind of fault.
+type faultKind int
+
+const (
+	fSlow faultKind = iota
+	fLoss
+	fPartition
+	fPause
+	fRestart
+	fRestartLastSecond
+	fFlush
+	fEvict
+	fScriptFlush
+	fDropConns
+	fNotices
+	fGCPause
+	fForce
+	fFlushTwice
+	fMajorityRestart // beyond the assumptions
+	nFaultKinds
+)
+
+var faultNames = [...]string{"slow", "loss", "partition", "pause", "restart", "restart-last-second", "flushall",
+	"evict", "script-flush", "drop-conns", "notices", "gc-pause", "force-release", "flushall-twice", "majority-restart"}
+
+func (k faultKind) String() string { return faultNames[k] }
+
+// fault is one planned fault.
+type fault struct {
+	kind   faultKind
+	at     time.Duration // since the schedule began
+	dur    time.Duration
+	node   int
+	nodes  []int
+	client int
+	by     time.Duration
+	p      float64
+	keys   int
+	key    string
+}
+
+func (f fault) String() string {
+	s := fmt.Sprintf("%v %s", f.at, f.kind)
+	switch f.kind {
+	case fPartition:
+		s += fmt.Sprintf(" client %d from nodes %v for %v", f.client, f.nodes, f.dur)
+	case fGCPause:
+		s += fmt.Sprintf(" client %d for %v", f.client, f.dur)
+	case fForce:
+		s += fmt.Sprintf(" of %q by client %d", f.key, f.client)
+	case fEvict:
+		s += fmt.Sprintf(" %d keys on nodes %v", f.keys, f.nodes)
+	case fMajorityRestart:
+		s += fmt.Sprintf(" nodes %v", f.nodes)
+	default:
+		s += fmt.Sprintf(" node %d", f.node)
+		if f.dur > 0 {
+			s += fmt.Sprintf(" for %v", f.dur)
+		}
+	}
+	return s
+}
+
+// plan draws the schedule's faults from its seed, all before Duration, in order. Within
+// the assumptions, at most N - quorum nodes lose their data (restart, FLUSHALL) within
+// a quarantine plus the time nodes count as starting together: more is a majority
+// restarted at once (Beyond).
+func (w *World) plan(p params) []fault {
+	cfg := w.cfg
+	r := rand.New(rand.NewPCG(w.seed, 0xfa17))
+	var out []fault
+	var losses []fault
+	spare := cfg.Nodes - (cfg.Nodes/2 + 1)
+	window := p.ttl + 3*time.Second + p.health
+	lossOK := func(at time.Duration, node int) bool {
+		nodes := map[int]bool{node: true}
+		for _, l := range losses {
+			if at-l.at < window && l.at-at < window {
+				nodes[l.node] = true
+			}
+		}
+		return len(nodes) <= spare
+	}
+	end := cfg.Duration - 100*time.Millisecond
+	for at := time.Duration(r.Int64N(int64(p.faultEvery))); at < end; at += time.Duration(r.Int64N(int64(2*p.faultEvery))) + time.Millisecond {
+		f := fault{kind: faultKind(r.IntN(int(fMajorityRestart))), at: at, node: r.IntN(cfg.Nodes), client: r.IntN(cfg.Clients)}
+		if cfg.Beyond && r.IntN(20) == 0 {
+			f.kind = fMajorityRestart
+		}
+		if cfg.Skip[f.kind.String()] {
+			continue
+		}
+		left := end - at
+		switch f.kind {
+		case fSlow:
+			f.dur = min(time.Duration(50+r.IntN(450))*time.Millisecond, left)
+			f.by = time.Duration(r.Int64N(int64(2 * p.nodeTimeout)))
+		case fLoss:
+			f.dur = min(time.Duration(100+r.IntN(400))*time.Millisecond, left)
+			f.p = 0.05 + 0.25*r.Float64()
+		case fPartition:
+			f.dur = min(time.Duration(50+r.IntN(1450))*time.Millisecond, left)
+			f.nodes = r.Perm(cfg.Nodes)[:1+r.IntN(3)]
+		case fPause:
+			f.dur = min(time.Duration(r.Int64N(int64(3*p.ttl/2)))+20*time.Millisecond, left)
+		case fRestart, fRestartLastSecond, fFlush, fFlushTwice:
+			if !lossOK(at, f.node) {
+				continue
+			}
+			losses = append(losses, f)
+			f.dur = min(time.Duration(20+r.IntN(280))*time.Millisecond, left)
+			if f.kind == fFlushTwice {
+				// Flushed again a quarantine to a health interval later (a cleanup job run
+				// twice): the second loss lands while clients that saw the first one in a
+				// grant have not read the node's marker again yet. Meanwhile a client is
+				// cut off from two other nodes, so its locks stand on a bare majority
+				// that includes the flushed node.
+				f.kind = fFlush
+				again := f
+				again.at = at + p.ttl + time.Duration(r.Int64N(int64(p.health)))
+				if again.at < end {
+					out = append(out, again)
+					others := []int{}
+					for _, n := range r.Perm(cfg.Nodes) {
+						if n != f.node && len(others) < 2 {
+							others = append(others, n)
+						}
+					}
+					cutAt := max(again.at-p.ttl, at)
+					out = append(out, fault{kind: fPartition, at: cutAt, client: r.IntN(cfg.Clients), nodes: others,
+						dur: min(2*p.ttl+time.Duration(r.Int64N(int64(p.ttl))), end-cutAt)})
+				}
+			}
+		case fEvict:
+			f.keys = 1 + r.IntN(3)
+			f.nodes = r.Perm(cfg.Nodes)[:1+r.IntN(3)]
+		case fNotices:
+			f.dur = min(time.Duration(200+r.IntN(800))*time.Millisecond, left)
+			f.p = 0.3 + 0.6*r.Float64()
+		case fGCPause:
+			f.dur = min(p.ttl+time.Duration(r.Int64N(int64(p.ttl))), left)
+		case fForce:
+			f.key = keys[r.IntN(len(keys))]
+		case fMajorityRestart:
+			f.nodes = r.Perm(cfg.Nodes)[:cfg.Nodes/2+1]
+			f.dur = time.Duration(20+r.IntN(100)) * time.Millisecond
+		}
+		out = append(out, f)
+	}
+	if p.lateStart > 0 && !cfg.Skip["young"] {
+		// The late client meets a node that restarted a moment before it started, not
+		// with most nodes (young: voting.go), while an earlier client, cut off from two
+		// other nodes, held its locks on a bare majority that included that node.
+		q := p.ttl + time.Duration(float64(p.ttl)*driftFactor) + 2*time.Millisecond
+		node := r.IntN(cfg.Nodes)
+		at := max(p.lateStart-time.Duration(r.Int64N(int64(q))), 0)
+		if lossOK(at, node) {
+			f := fault{kind: fRestart, at: at, node: node, dur: time.Duration(20+r.IntN(50)) * time.Millisecond}
+			losses = append(losses, f)
+			others := []int{}
+			for _, n := range r.Perm(cfg.Nodes) {
+				if n != node && len(others) < 2 {
+					others = append(others, n)
+				}
+			}
+			cutAt := max(at-p.ttl, 0)
+			out = append(out, f, fault{kind: fPartition, at: cutAt, client: r.IntN(max(cfg.Clients-1, 1)), nodes: others,
+				dur: min(2*p.ttl+q, end-cutAt)})
+		}
+	}
+	slices.SortStableFunc(out, func(a, b fault) int { return int(a.at - b.at) })
+	return out
+}
+
+// fault starts one planned fault (world loop); faults with a duration end by events of
+// their own.
+func (w *World) fault(f fault) {
+	w.note("fault", "%s", f)
+	now := time.Now()
+	switch f.kind {
+	case fSlow:
+		w.mu.Lock()
+		for ci := range w.links {
+			l := w.links[ci][f.node]
+			l.slowTo, l.slowBy = now.Add(f.dur), f.by
+		}
+		w.mu.Unlock()
+	case fLoss:
+		w.setLinks(f.node, func(l *link) { l.loss = f.p })
+		w.at(now.Add(f.dur), func() { w.setLinks(f.node, func(l *link) { l.loss = 0 }) })
+	case fNotices:
+		w.setLinks(f.node, func(l *link) { l.noticeP = f.p })
+		w.at(now.Add(f.dur), func() { w.setLinks(f.node, func(l *link) { l.noticeP = 0 }) })
+	case fPartition:
+		w.mu.Lock()
+		for _, ni := range f.nodes {
+			w.cuts = append(w.cuts, cut{client: f.client, node: ni, from: now, to: now.Add(f.dur)})
+		}
+		w.mu.Unlock()
+	case fGCPause:
+		w.mu.Lock()
+		w.cuts = append(w.cuts, cut{client: f.client, node: -1, from: now, to: now.Add(f.dur)})
+		w.mu.Unlock()
+		w.gc(f.client, now.Add(f.dur))
+	case fPause:
+		n := w.nodes[f.node]
+		w.mu.Lock()
+		n.paused = true
+		w.mu.Unlock()
+		w.at(now.Add(f.dur), func() { w.resume(n) })
+	case fRestart, fRestartLastSecond:
+		w.restart(w.nodes[f.node], f.dur, f.kind == fRestartLastSecond)
+	case fMajorityRestart:
+		for _, ni := range f.nodes {
+			w.restart(w.nodes[ni], f.dur, false)
+		}
+	case fFlush:
+		w.nodes[f.node].srv.data = map[string]*value{}
+	case fEvict:
+		for _, ni := range f.nodes {
+			w.nodes[ni].evict(f.keys)
+		}
+	case fScriptFlush:
+		w.nodes[f.node].srv.scripts = map[string]bool{}
+	case fDropConns:
+		w.dropConns(w.nodes[f.node])
+	case fForce:
+		w.force(f.client, f.key)
+	}
+}
+
+func (w *World) setLinks(node int, f func(*link)) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for ci := range w.links {
+		f(w.links[ci][node])
+	}
+}
+
+// resume ends a node's pause: what reached it meanwhile runs now, in order.
+func (w *World) resume(n *Node) {
+	w.mu.Lock()
+	n.paused = false
+	w.mu.Unlock()
+	backlog := n.backlog
+	n.backlog = nil
+	for _, p := range backlog {
+		if p.c.accepted && p.c.epoch == n.epoch && p.c.sess != nil && !p.c.sess.gone {
+			w.process(p.c, p.data)
+		}
+	}
+}
+
+// restart kills the node (every connection reset, what was queued lost), keeps it down
+// for down, and starts it again without its data, or with its data of a second ago
+// (AOF everysec).
+func (w *World) restart(n *Node, down time.Duration, lastSecond bool) {
+	w.mu.Lock()
+	n.down = true
+	n.paused = false
+	n.epoch++
+	w.mu.Unlock()
+	n.backlog = nil
+	w.dropConns(n)
+	var keep map[string]*value
+	if lastSecond {
+		keep = n.snapAt(time.Now().Add(-time.Second))
+	}
+	w.at(time.Now().Add(down), func() {
+		n.srv.reset(w.runID(n))
+		if keep != nil {
+			n.srv.data = keep
+		}
+		w.mu.Lock()
+		n.down = false
+		w.mu.Unlock()
+	})
+}
+
+// snapAt returns a copy of the node's data as it was at t, from the snapshots the node
+// takes every 100ms (restart-last-second).
+func (n *Node) snapAt(t time.Time) map[string]*value {
+	slot := int(t.Sub(n.w.t0) / (100 * time.Millisecond))
+	for s := slot; s >= 0 && s > slot-20; s-- {
+		if d, ok := n.snaps[s]; ok {
+			return copyData(d)
+		}
+	}
+	return nil
+}
+
+func copyData(d map[string]*value) map[string]*value {
+	out := make(map[string]*value, len(d))
+	for k, v := range d {
+		c := *v
+		if v.z != nil {
+			c.z = make(map[string]float64, len(v.z))
+			for m, s := range v.z {
+				c.z[m] = s
+			}
+		}
+		out[k] = &c
+	}
+	return out
+}
+
+// snapshots keeps a copy of every node's data every 100ms, for restarts that lose the
+// last second (only when the plan has one).
+func (w *World) snapshots(until time.Time) {
+	var tick func()
+	tick = func() {
+		now := time.Now()
+		slot := int(now.Sub(w.t0) / (100 * time.Millisecond))
+		for _, n := range w.nodes {
+			n.snaps[slot] = copyData(n.srv.data)
+			delete(n.snaps, slot-20)
+		}
+		if next := now.Add(100 * time.Millisecond); next.Before(until) {
+			w.at(next, tick)
+		}
+	}
+	w.at(time.Now(), tick)
+}
+
+// evict drops up to k keys as volatile-ttl would under memory pressure: the keys closest
+// to expiry first (locks, marks, readers), never the data marker (touched every health
+// check, so spared by LRU and LFU too), and counts them in INFO's evicted_keys.
+func (n *Node) evict(k int) {
+	s := n.srv
+	if !s.mayEvict {
+		return // noeviction: it refuses writes instead
+	}
+	s.inScript = false
+	type cand struct {
+		key string
+		exp int64
+	}
+	var cs []cand
+	for key, v := range s.data {
+		if s.lookup(key) == nil || v.exp == 0 || isMarker(key) {
+			continue
+		}
+		cs = append(cs, cand{key, v.exp})
+	}
+	slices.SortFunc(cs, func(a, b cand) int {
+		if a.exp != b.exp {
+			return int(a.exp - b.exp)
+		}
+		if a.key < b.key {
+			return -1
+		}
+		return 1
+	})
+	for i := 0; i < k && i < len(cs); i++ {
+		delete(s.data, cs[i].key)
+		s.evicted++
+		n.w.note("fault", "node %d evicted %q", n.idx, cs[i].key)
+	}
+}
+
+func isMarker(k string) bool {
+	return len(k) >= 12 && k[len(k)-12:] == "\x00data_marker"
+}

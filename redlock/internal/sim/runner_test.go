@@ -1,0 +1,155 @@
+package sim
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// TestSim runs seeded schedules, each in a synctest bubble of its own, one after another:
+//
+//	SIM_TIME=30s     run seeds for that long (default 3s: a few seconds in go test -short)
+//	SIM_SEED=n       replay seed n only (SIM_TRACE=1 prints its trace)
+//	SIM_FIRST=n      the first seed (default 1; make sim draws one), SIM_WORKER=i/k takes
+//	                 every k-th seed from there, starting at the i-th (make sim's workers)
+//	SIM_SKIP=a,b     leave these faults out (evict, flushall, ...: faults.go's names)
+//	SIM_BEYOND=1     faults past the stated assumptions: violations expected, counted
+//	SIM_COUNT=n      exactly n seeds, whatever the time (measurements)
+//	SIM_REPLAY=r     replay each failing seed r more times and report how often it fails again
+//
+// Every violation prints its seed and the command that replays it; the last line is the
+// summary: SIM schedules=N violations=V ...
+func TestSim(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Beyond = os.Getenv("SIM_BEYOND") != ""
+	cfg.Trace = os.Getenv("SIM_TRACE") != ""
+	if s := os.Getenv("SIM_SKIP"); s != "" {
+		cfg.Skip = map[string]bool{}
+		for _, k := range strings.Split(s, ",") {
+			cfg.Skip[strings.TrimSpace(k)] = true
+		}
+	}
+	if s := os.Getenv("SIM_SEED"); s != "" {
+		seed, err := strconv.ParseUint(s, 10, 64)
+		if err != nil {
+			t.Fatalf("SIM_SEED=%q: %v", s, err)
+		}
+		res := runSeed(t, seed, cfg)
+		report(t, res, cfg)
+		for _, l := range res.Trace {
+			fmt.Println(l)
+		}
+		summary(t, []Result{res}, time.Duration(0), cfg, nil)
+		return
+	}
+	budget := 3 * time.Second
+	if s := os.Getenv("SIM_TIME"); s != "" {
+		d, err := time.ParseDuration(s)
+		if err != nil {
+			t.Fatalf("SIM_TIME=%q: %v", s, err)
+		}
+		budget = d
+	}
+	first, step := uint64(1), uint64(1)
+	if s := os.Getenv("SIM_FIRST"); s != "" {
+		first, _ = strconv.ParseUint(s, 10, 64)
+	}
+	if s := os.Getenv("SIM_WORKER"); s != "" {
+		var i, k uint64
+		if _, err := fmt.Sscanf(s, "%d/%d", &i, &k); err != nil || k == 0 {
+			t.Fatalf("SIM_WORKER=%q: want i/k", s)
+		}
+		first, step = first+i, k
+	}
+	replays, _ := strconv.Atoi(os.Getenv("SIM_REPLAY"))
+	count, _ := strconv.Atoi(os.Getenv("SIM_COUNT")) // exactly that many seeds (measurements)
+	if count > 0 {
+		budget = time.Duration(1<<63 - 1)
+	}
+	start := time.Now()
+	var results []Result
+	again := map[uint64][2]int{}
+	for seed := first; time.Since(start) < budget && (count == 0 || len(results) < count); seed += step {
+		res := runSeed(t, seed, cfg)
+		results = append(results, res)
+		res.Nth = len(results)
+		report(t, res, cfg)
+		if len(res.Violations) > 0 && replays > 0 {
+			n := 0
+			for range replays {
+				if r := runSeed(t, seed, cfg); len(r.Violations) > 0 {
+					n++
+				}
+			}
+			again[seed] = [2]int{n, replays}
+			fmt.Printf("SIM replay seed=%d failed again %d of %d\n", seed, n, replays)
+		}
+	}
+	summary(t, results, time.Since(start), cfg, again)
+}
+
+// report prints a schedule's violations, each with the command that replays it.
+func report(t *testing.T, res Result, cfg Config) {
+	for _, v := range res.Violations {
+		beyond := ""
+		if cfg.Beyond {
+			beyond = "SIM_BEYOND=1 "
+		}
+		fmt.Printf("SIM violation seed=%d nth=%d %s | %s | replay: %sSIM_SEED=%d make sim\n", res.Seed, res.Nth, v, res.Params, beyond, res.Seed)
+		if !cfg.Beyond {
+			t.Fail()
+		}
+	}
+}
+
+func summary(t *testing.T, results []Result, took time.Duration, cfg Config, again map[uint64][2]int) {
+	var viol, failed, ops, acq, cmds, stale, joins int64
+	kinds := map[string]int{}
+	var seeds []string
+	for _, r := range results {
+		viol += int64(len(r.Violations))
+		if len(r.Violations) > 0 {
+			failed++
+			seeds = append(seeds, strconv.FormatUint(r.Seed, 10))
+		}
+		for _, v := range r.Violations {
+			kinds[strings.ReplaceAll(v.Kind, " ", "_")]++
+		}
+		ops += r.Ops
+		acq += r.Acquires
+		cmds += r.Commands
+		stale += int64(r.Stale[0])
+		joins += r.Joins
+	}
+	n := int64(max(len(results), 1))
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	cpu := time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	line := fmt.Sprintf("SIM schedules=%d violations=%d failed_seeds=%d ops_per_schedule=%d acquires_per_schedule=%d commands_per_schedule=%d stale_writes_refused=%d joins_under_force=%d real=%v cpu=%v",
+		len(results), viol, failed, ops/n, acq/n, cmds/n, stale, joins, took.Round(time.Millisecond), cpu.Round(time.Millisecond))
+	if cfg.Beyond {
+		line += " mode=beyond(expected)"
+	}
+	for k, c := range kinds {
+		line += fmt.Sprintf(" %s=%d", k, c)
+	}
+	if len(seeds) > 0 {
+		if len(seeds) > 20 {
+			seeds = seeds[:20]
+		}
+		line += " seeds=" + strings.Join(seeds, ",")
+	}
+	replayed, repeated := 0, 0
+	for _, a := range again {
+		replayed += a[1]
+		repeated += a[0]
+	}
+	if replayed > 0 {
+		line += fmt.Sprintf(" replays_failing_again=%d/%d", repeated, replayed)
+	}
+	fmt.Println(line)
+}

@@ -1,0 +1,242 @@
+package sim
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
+
+	"github.com/caddy-redlock/caddy-redlock/redlock"
+	"github.com/caddy-redlock/caddy-redlock/redlock/internal/chance"
+)
+
+// Config is one schedule's shape; the seed draws everything else.
+type Config struct {
+	Nodes, Clients int
+	// Duration is the simulated time with faults and load; Quiet follows it, with load
+	// and no faults, for the liveness checks.
+	Duration, Quiet time.Duration
+	// Beyond draws faults past the stated assumptions too (clock drift past the bound, a
+	// majority restarted empty at once): their violations are expected and counted.
+	Beyond bool
+	// Trace keeps a trace of every command and fault (replays).
+	Trace bool
+	// Skip leaves these kinds of faults out (names as in faultNames: "evict", ...).
+	Skip map[string]bool
+	// Record keeps every command node 0 ran, in order (the conformance test replays them
+	// on a real redis-server).
+	Record bool
+}
+
+// DefaultConfig is what make sim runs: 5 nodes, 3 clients, 10 simulated seconds of
+// faults and 3 quiet ones.
+func DefaultConfig() Config {
+	return Config{Nodes: 5, Clients: 3, Duration: 10 * time.Second, Quiet: 3 * time.Second}
+}
+
+// Result is what one schedule did and found.
+type Result struct {
+	Seed       uint64
+	Nth        int // its place among the seeds one worker ran (time to find)
+	Violations []Violation
+	Ops        int64 // lock operations: acquires that returned a lock, and releases
+	Acquires   int64 // Acquire and AcquireAll calls
+	Joins      int64 // readers that joined their client's group under a force release
+	Commands   int64 // commands the nodes ran
+	Faults     int
+	Stale      [2]int // fenced writes of paused holders: refused, accepted (nobody wrote since)
+	Trace      []string
+	Recorded   [][]string
+	Params     string
+}
+
+// Run runs one schedule inside the calling synctest bubble (synctest.Test). It returns
+// when every client is closed and the world stopped.
+func Run(seed uint64, cfg Config) Result {
+	w := newWorld(seed, cfg)
+	// The lock's random choices (retry jitter, a limited key's first place) drawn from
+	// the seed and the instant, as the links' (world.go): a replay makes the same ones.
+	pick := &link{seed: seed ^ 0xc4a4ce, ci: 99, ni: 99}
+	defer chance.Set(func(n uint64) uint64 { return pick.draw(time.Now(), n) % n })()
+	if cfg.Trace {
+		w.trace = &tracer{}
+	}
+	p := drawParams(seed, cfg)
+	w.applyParams(p)
+	plan := w.plan(p)
+	res := Result{Seed: seed, Params: p.String(), Faults: len(plan)}
+
+	stop := make(chan struct{})
+	loopDone := make(chan struct{})
+	go func() {
+		defer close(loopDone)
+		w.loop(stop)
+	}()
+	g := newLedger(w.t0, w.lastFault)
+	g.forceSlack = 3 * p.nodeTimeout
+	for _, f := range plan {
+		w.at(w.t0.Add(f.at), func() { w.fault(f) })
+	}
+
+	clients := make([]*redlock.Client, cfg.Clients)
+	urls := make([]string, cfg.Nodes)
+	for i, n := range w.nodes {
+		urls[i] = "redis://" + n.addr
+	}
+	start := func(ci int) *redlock.Client {
+		opt := p.options(ci)
+		opt.ClientBuilder = func(o *redis.Options) (*redis.Client, error) {
+			var node *Node
+			for _, n := range w.nodes {
+				if n.addr == o.Addr {
+					node = n
+				}
+			}
+			if node == nil {
+				return nil, fmt.Errorf("sim: no node %q", o.Addr)
+			}
+			// No maintenance notifications (RESP3 only): their set-up resolves the host
+			// name through the process's resolver, whose state outlives a bubble.
+			o.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
+			// Small buffers: go-redis allocates them per connection, and the simulated
+			// commands are small (a big buffer per dial cost a tenth of the CPU).
+			o.ReadBufferSize, o.WriteBufferSize = 4096, 4096
+			o.PipelineReadBufferSize, o.PipelineWriteBufferSize = 4096, 4096
+			timeout := o.DialTimeout // as net.Dialer's Timeout: go-redis leaves it to the Dialer
+			o.Dialer = func(ctx context.Context, _, _ string) (net.Conn, error) {
+				ctx, cancel := context.WithTimeout(ctx, timeout)
+				defer cancel()
+				return w.dial(ctx, ci, node)
+			}
+			return redis.NewClient(o), nil
+		}
+		opt.Logger = slog.New(slog.DiscardHandler)
+		c, err := redlock.New(urls, opt)
+		if err != nil {
+			panic(err)
+		}
+		return c
+	}
+	if slices.ContainsFunc(plan, func(f fault) bool { return f.kind == fRestartLastSecond }) {
+		w.snapshots(w.t0.Add(cfg.Duration))
+	}
+
+	wl := &workload{w: w, p: p, g: g, clients: clients, end: w.t0.Add(cfg.Duration),
+		stop: w.t0.Add(cfg.Duration + cfg.Quiet/2)}
+	wl.run(start)
+
+	// Liveness: every key free now (the load stopped and released): a free key is taken
+	// within ttl + quarantine from here.
+	wl.probeFree()
+
+	for _, c := range clients {
+		_ = c.Close()
+	}
+	// Every lock was released: the nodes' lock state lapses within a ttl and the marks'
+	// lives; then it must be idle.
+	time.Sleep(p.ttl + 2*(p.retryMax+p.nodeTimeout) + 50*time.Millisecond)
+	w.checkIdle(g)
+	close(stop)
+	<-loopDone
+	res.Violations = g.violations
+	res.Ops = wl.ops.Load()
+	res.Acquires = wl.acquires.Load()
+	res.Joins = wl.joins.Load()
+	res.Commands = w.stats.requests.Load()
+	res.Stale = [2]int{g.staleRefused, g.staleAccepted}
+	if w.trace != nil {
+		res.Trace = w.trace.lines
+	}
+	res.Recorded = w.recorded
+	return res
+}
+
+// checkIdle reads every node's keyspace (through the world loop): no lock name, reader
+// set, mark or turn may be left once every lock was released and lapsed.
+func (w *World) checkIdle(g *ledger) {
+	done := make(chan struct{})
+	w.at(time.Now(), func() {
+		defer close(done)
+		for _, n := range w.nodes {
+			n.srv.inScript = false
+			for k := range n.srv.data {
+				if n.srv.lookup(k) == nil {
+					continue
+				}
+				switch {
+				case strings.Contains(k, "\x00fence"), strings.Contains(k, "\x00data_marker"), strings.Contains(k, "\x00max_ttl"):
+					continue
+				}
+				g.violation("idle", "node %d still has %q (pttl %dms) after every lock was released", n.idx, k, n.srv.data[k].exp-n.srv.now())
+			}
+		}
+	})
+	<-done
+}
+
+// LeakCheck reports the goroutines of the calling bubble other than the caller, once
+// every other one is blocked (call it last, after synctest.Wait).
+func LeakCheck() []string {
+	buf := make([]byte, 1<<20)
+	for {
+		n := runtime.Stack(buf, true)
+		if n < len(buf) {
+			buf = buf[:n]
+			break
+		}
+		buf = make([]byte, 2*len(buf))
+	}
+	self := make([]byte, 256)
+	self = self[:runtime.Stack(self, false)]
+	head := string(self[:strings.IndexByte(string(self), '\n')])
+	bubble := head[strings.Index(head, "synctest bubble"):]
+	bubble = strings.TrimSuffix(bubble, "]:")
+	var out []string
+	for _, gr := range strings.Split(string(buf), "\n\n") {
+		first := gr[:max(strings.IndexByte(gr, '\n'), 0)]
+		if strings.Contains(first, bubble+"]") || strings.Contains(first, bubble+",") {
+			if first == head || strings.Contains(gr, "internal/synctest.Run") || strings.Contains(gr, "testing/synctest.testingSynctestTest") {
+				continue
+			}
+			out = append(out, gr)
+		}
+	}
+	return out
+}
+
+// tracer keeps a schedule's trace (replays with SIM_TRACE).
+type tracer struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+func (w *World) note(kind, format string, args ...any) {
+	if kind == "fault" {
+		s := fmt.Sprintf(format, args...)
+		w.last.Store(&s)
+	}
+	if w.trace == nil {
+		return
+	}
+	s := fmt.Sprintf("%10.6f %-5s ", time.Since(w.t0).Seconds(), kind) + fmt.Sprintf(format, args...)
+	w.trace.mu.Lock()
+	w.trace.lines = append(w.trace.lines, s)
+	w.trace.mu.Unlock()
+}
+
+var noFault = "none"
+
+func (w *World) lastFault() string {
+	if p := w.last.Load(); p != nil {
+		return *p
+	}
+	return noFault
+}

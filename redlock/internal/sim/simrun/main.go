@@ -1,0 +1,184 @@
+// Command simrun is `make sim`: it builds the simulation's test binary and runs seeds on
+// every core for SIM_TIME (default 5m), one worker process per core, each with
+// GOMAXPROCS=1 and every k-th seed, then prints one summary line:
+//
+//	SIM schedules=N violations=V failed_seeds=F ...
+//
+// and exits 1 on any violation (not in SIM_BEYOND=1 mode, whose violations are expected).
+// SIM_SEED=n replays one seed (SIM_TRACE=1 prints its trace); SIM_FIRST=n sets the first
+// seed (default: drawn from the clock, and printed); SIM_WORKERS=k the worker count
+// (default: the cores).
+package main
+
+import (
+	"bufio"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+func main() {
+	os.Exit(run())
+}
+
+func run() int {
+	dir, err := os.MkdirTemp("", "sim")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	defer os.RemoveAll(dir)
+	bin := filepath.Join(dir, "sim.test")
+	build := exec.Command("go", "test", "-c", "-o", bin, "./redlock/internal/sim")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "simrun: build:", err)
+		return 2
+	}
+	base := []string{"-test.run", "^TestSim$", "-test.timeout", "0"}
+	if os.Getenv("SIM_SEED") != "" {
+		cmd := exec.Command(bin, base...)
+		cmd.Env = append(os.Environ(), "GOMAXPROCS=1")
+		if p := os.Getenv("SIM_PROCS"); p != "" {
+			cmd.Env = append(cmd.Env, "GOMAXPROCS="+p)
+		}
+		cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
+		if err := cmd.Run(); err != nil {
+			return 1
+		}
+		return 0
+	}
+	simTime := os.Getenv("SIM_TIME")
+	if simTime == "" {
+		simTime = "5m"
+	}
+	budget, err := time.ParseDuration(simTime)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "simrun: SIM_TIME=%q: %v\n", simTime, err)
+		return 2
+	}
+	// SIM_PROCS=2 runs each schedule's goroutines in parallel (GOMAXPROCS=2): races
+	// between goroutines at one simulated instant (a joiner and a force release) happen
+	// on the CPU then, at the cost of replays.
+	procs := "1"
+	if s := os.Getenv("SIM_PROCS"); s != "" {
+		procs = s
+	}
+	np, _ := strconv.Atoi(procs)
+	workers := max(runtime.NumCPU()/max(np, 1), 1)
+	if s := os.Getenv("SIM_WORKERS"); s != "" {
+		workers, _ = strconv.Atoi(s)
+	}
+	first := os.Getenv("SIM_FIRST")
+	if first == "" {
+		first = strconv.FormatUint(rand.Uint64N(1<<40), 10)
+	}
+	fmt.Printf("SIM running %d workers for %v from seed %s (SIM_FIRST=%s to run these seeds again)\n", workers, budget, first, first)
+	var mu sync.Mutex
+	totals := map[string]float64{}
+	var extra []string
+	var wg sync.WaitGroup
+	failed := false
+	start := time.Now()
+	var firstAt time.Duration // the first violation: after this long, about firstNth schedules
+	firstNth := 0
+	for i := range workers {
+		wg.Go(func() {
+			cmd := exec.Command(bin, base...)
+			cmd.Env = append(os.Environ(), "GOMAXPROCS="+procs, "SIM_TIME="+budget.String(), "SIM_FIRST="+first,
+				fmt.Sprintf("SIM_WORKER=%d/%d", i, workers))
+			out, _ := cmd.StdoutPipe()
+			cmd.Stderr = os.Stderr
+			if err := cmd.Start(); err != nil {
+				fmt.Fprintln(os.Stderr, "simrun:", err)
+				return
+			}
+			sc := bufio.NewScanner(out)
+			sc.Buffer(make([]byte, 1<<20), 1<<20)
+			for sc.Scan() {
+				line := sc.Text()
+				switch {
+				case strings.HasPrefix(line, "SIM schedules="):
+					mu.Lock()
+					add(totals, &extra, line)
+					mu.Unlock()
+				case strings.HasPrefix(line, "SIM violation"):
+					mu.Lock()
+					if firstAt == 0 {
+						firstAt = time.Since(start)
+						if _, after, ok := strings.Cut(line, " nth="); ok {
+							nth, _ := strconv.Atoi(strings.Fields(after)[0])
+							firstNth = nth * workers
+						}
+					}
+					mu.Unlock()
+					fmt.Println(line)
+				case strings.HasPrefix(line, "SIM "):
+					fmt.Println(line)
+				}
+			}
+			if err := cmd.Wait(); err != nil {
+				mu.Lock()
+				failed = true
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	took := time.Since(start)
+	n := totals["schedules"]
+	perMin := n / took.Minutes()
+	line := fmt.Sprintf("SIM schedules=%.0f violations=%.0f failed_seeds=%.0f workers=%d first_seed=%s schedules_per_minute=%.0f ops_per_schedule=%.0f acquires_per_schedule=%.0f commands_per_schedule=%.0f stale_writes_refused=%.0f real=%v",
+		n, totals["violations"], totals["failed_seeds"], workers, first, perMin,
+		totals["ops_per_schedule"]/float64(workers), totals["acquires_per_schedule"]/float64(workers),
+		totals["commands_per_schedule"]/float64(workers), totals["stale_writes_refused"], took.Round(time.Second))
+	if firstAt > 0 {
+		line += fmt.Sprintf(" first_violation_after=%v(~%d_schedules)", firstAt.Round(time.Second), firstNth)
+	}
+	if len(extra) > 0 {
+		line += " " + strings.Join(extra, " ")
+	}
+	fmt.Println(line)
+	if totals["violations"] > 0 && os.Getenv("SIM_BEYOND") == "" || failed && totals["violations"] == 0 && os.Getenv("SIM_BEYOND") == "" {
+		return 1
+	}
+	return 0
+}
+
+// add folds one worker's summary line into the totals (numbers add up; per-schedule
+// figures are averaged over the workers by the caller; the rest is kept as text).
+func add(totals map[string]float64, extra *[]string, line string) {
+	for _, f := range strings.Fields(strings.TrimPrefix(line, "SIM ")) {
+		k, v, ok := strings.Cut(f, "=")
+		if !ok {
+			continue
+		}
+		if x, err := strconv.ParseFloat(v, 64); err == nil && k != "seeds" {
+			totals[k] += x
+			continue
+		}
+		switch k {
+		case "real", "cpu":
+			if d, err := time.ParseDuration(v); err == nil && k == "cpu" {
+				totals["cpu_seconds"] += d.Seconds()
+			}
+		case "seeds":
+			for i, e := range *extra {
+				if strings.HasPrefix(e, "seeds=") {
+					(*extra)[i] += "," + v
+					return
+				}
+			}
+			*extra = append(*extra, f)
+		default:
+			*extra = append(*extra, f)
+		}
+	}
+}
