@@ -181,3 +181,50 @@ func TestLockBudget(t *testing.T) {
 		t.Fatalf("55%%: budget %v, want 81.8", b)
 	}
 }
+
+// Table 3b and issue 32's targets: Caddy's CPU against plain Caddy's of the same run,
+// the nodes' summed and per node, and what one set of nodes serves; the -compare build's
+// rows are shown but not checked.
+func TestCPUCosts(t *testing.T) {
+	r := &results{Overhead: []httpRow{
+		{Name: nameCaddyPlain, FrontCPU: 60},
+		{Name: nameCaddyRedlock + ", N=3", FrontCPU: 80, RedisCPU: 30},
+		{Name: nameCaddyRedlock + ", N=5", FrontCPU: 90, RedisCPU: 50},
+		{Name: nameCaddyRedlock + ", N=5, fencing", FrontCPU: 120, RedisCPU: 100},
+		{Name: nameCompare + nameCaddyRedlock + ", N=5", FrontCPU: 150, RedisCPU: 200},
+	}}
+	cs := r.cpuCosts()
+	if len(cs) != 4 {
+		t.Fatalf("%d rows: %+v", len(cs), cs)
+	}
+	if c := cs[1]; c.Nodes != 5 || c.Ratio != 1.5 || c.PerNode != 10 || c.NodesLimit != 100_000 {
+		t.Fatalf("N=5: %+v", c)
+	}
+	if c := cs[0]; c.Nodes != 3 || c.PerNode != 10 {
+		t.Fatalf("N=3: %+v", c)
+	}
+	r.checkTargets()
+	met := map[string]bool{}
+	for _, c := range r.Targets {
+		if strings.Contains(c.Target, "CPU") {
+			met[c.Target] = c.Met != nil && *c.Met
+		}
+	}
+	want := map[string]bool{
+		"N=5: Caddy CPU per locked request ≤ 1.5× plain Caddy's":          true,
+		"N=5: Redis CPU per lock ≤ 60 µs over 5 nodes":                    true,
+		"N=5, fencing: Caddy CPU per locked request ≤ 1.5× plain Caddy's": false,
+		"N=5, fencing: Redis CPU per lock ≤ 60 µs over 5 nodes":           false,
+	}
+	if len(met) != len(want) {
+		t.Fatalf("CPU targets %v, want %v", met, want)
+	}
+	for k, v := range want {
+		if m, ok := met[k]; !ok || m != v {
+			t.Fatalf("%q: met %v (present %v), want %v; all: %v", k, m, ok, v, met)
+		}
+	}
+	if tb := r.cpuCostTable(); len(tb.rows) != 4 {
+		t.Fatalf("table 3b has %d rows", len(tb.rows))
+	}
+}
