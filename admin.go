@@ -14,6 +14,11 @@ import (
 	"go.uber.org/zap"
 )
 
+// This file holds the admin module (admin.api.redlock) and its routes /redlock/locks,
+// /redlock/nodes and /redlock/keys (GET, and DELETE for a force release), with the JSON
+// they answer; /redlock/health is in health.go and `caddy redlock`, their client, in
+// command.go.
+
 func init() {
 	caddy.RegisterModule(AdminAPI{})
 }
@@ -68,31 +73,33 @@ func millis(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
 // lockJSON is one entry of GET /redlock/locks.
 type lockJSON struct {
-	Key        string    `json:"key"`            // several keys: in lock order, joined by a space
-	Keys       []string  `json:"keys,omitempty"` // several keys: each, in lock order
-	Mode       string    `json:"mode"`           // exclusive, shared or limit
-	State      string    `json:"state"`          // waiting, held, draining
-	Locker     string    `json:"locker"`
-	Name       string    `json:"name"`  // the redlock block's name (configured, or prefix @ nodes)
-	Since      time.Time `json:"since"` // the request arrived (started waiting)
-	HeldSince  time.Time `json:"held_since,omitzero"`
-	WaitMS     int64     `json:"wait_ms"`     // waited so far, or until it got the lock
-	HeldMS     int64     `json:"held_ms"`     // held so far; 0 while waiting
-	ValidityMS int64     `json:"validity_ms"` // safe time left without a renewal; 0 while waiting, once lost or released
-	Renewals   int       `json:"renewals"`
-	Token      int64     `json:"token,omitempty"`  // fencing token, with fencing on (several keys: the first key's)
-	Tokens     string    `json:"tokens,omitempty"` // several keys with fencing: key=token pairs, as the header carries them
-	Method     string    `json:"method"`
-	URI        string    `json:"uri"`
-	RemoteAddr string    `json:"remote_addr"`
-	Waiters    int       `json:"waiters"` // this instance's requests waiting for the same key
+	Key        string       `json:"key"`            // several keys: in lock order, joined by a space
+	Keys       []string     `json:"keys,omitempty"` // several keys: each, in lock order
+	Mode       string       `json:"mode"`           // exclusive, shared or limit
+	State      requestState `json:"state"`          // waiting, held, draining, releasing (requests.go)
+	Locker     string       `json:"locker"`
+	Name       string       `json:"name"`  // the redlock block's name (configured, or prefix @ nodes)
+	Since      time.Time    `json:"since"` // the request arrived (started waiting)
+	HeldSince  time.Time    `json:"held_since,omitzero"`
+	WaitMS     int64        `json:"wait_ms"`     // waited so far, or until it got the lock
+	HeldMS     int64        `json:"held_ms"`     // held so far; 0 while waiting
+	ValidityMS int64        `json:"validity_ms"` // safe time left without a renewal; 0 while waiting, once lost or released
+	Renewals   int          `json:"renewals"`
+	Token      int64        `json:"token,omitempty"`  // fencing token, with fencing on (several keys: the first key's)
+	Tokens     string       `json:"tokens,omitempty"` // several keys with fencing: key=token pairs, as the header carries them
+	Method     string       `json:"method"`
+	URI        string       `json:"uri"`
+	RemoteAddr string       `json:"remote_addr"`
+	Waiters    int          `json:"waiters"` // this instance's requests waiting for the same key
 }
 
+// locksJSON is GET /redlock/locks: the requests by state, and each one.
 type locksJSON struct {
-	Held     int        `json:"held"`
-	Waiting  int        `json:"waiting"`
-	Draining int        `json:"draining"`
-	Locks    []lockJSON `json:"locks"`
+	Held      int        `json:"held"`
+	Waiting   int        `json:"waiting"`
+	Draining  int        `json:"draining"`
+	Releasing int        `json:"releasing"`
+	Locks     []lockJSON `json:"locks"`
 }
 
 // handleLocks answers GET /redlock/locks: this instance's held and awaited locks.
@@ -114,14 +121,17 @@ func (a *AdminAPI) handleLocks(w http.ResponseWriter, r *http.Request) error {
 			HeldSince: ri.HeldSince, ValidityMS: ri.Validity.Milliseconds(), Renewals: ri.Renewals, Token: ri.Token,
 			Tokens: ri.Tokens, Method: ri.Method,
 			URI: ri.URI, RemoteAddr: ri.RemoteAddr, Waiters: waiters[[2]string{ri.Locker, ri.Key}]}
-		switch {
-		case ri.State == stateWaiting:
+		switch ri.State {
+		case stateWaiting:
 			out.Waiting++
 			lj.WaitMS = now.Sub(ri.Since).Milliseconds()
 		default:
-			if ri.State == stateDraining {
+			switch ri.State {
+			case stateDraining:
 				out.Draining++
-			} else {
+			case stateReleasing:
+				out.Releasing++
+			default:
 				out.Held++
 			}
 			if !ri.HeldSince.IsZero() {
@@ -223,15 +233,15 @@ type keyNodeJSON struct {
 
 // holderJSON is this instance's request holding the key.
 type holderJSON struct {
-	Mode       string `json:"mode"` // exclusive, shared or limit
-	State      string `json:"state"`
-	HeldMS     int64  `json:"held_ms"`
-	ValidityMS int64  `json:"validity_ms"`
-	Renewals   int    `json:"renewals"`
-	Token      int64  `json:"token,omitempty"`
-	Method     string `json:"method"`
-	URI        string `json:"uri"`
-	RemoteAddr string `json:"remote_addr"`
+	Mode       string       `json:"mode"` // exclusive, shared or limit
+	State      requestState `json:"state"`
+	HeldMS     int64        `json:"held_ms"`
+	ValidityMS int64        `json:"validity_ms"`
+	Renewals   int          `json:"renewals"`
+	Token      int64        `json:"token,omitempty"`
+	Method     string       `json:"method"`
+	URI        string       `json:"uri"`
+	RemoteAddr string       `json:"remote_addr"`
 }
 
 type lockerKeyJSON struct {
@@ -325,7 +335,7 @@ func (a *AdminAPI) handleKeys(w http.ResponseWriter, r *http.Request) error {
 			if !ri.HeldSince.IsZero() {
 				h.HeldMS = time.Since(ri.HeldSince).Milliseconds()
 			}
-			if lk.Holder == nil || ri.State == stateHeld { // a held request wins over one still draining
+			if lk.Holder == nil || ri.State == stateHeld { // a held request wins over one draining or releasing
 				lk.Holder = h
 			}
 		}

@@ -9,6 +9,10 @@ import (
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 )
 
+// This file holds the Caddyfile side of the handler: the `redlock` directive's place in
+// Caddy's directive order and the parsing of its block into Handler's fields (syntax
+// only: Handler.resolve validates, in module.go). The tls block is parsed in tls.go.
+
 func init() {
 	// After templates, that is before handle, route, respond and reverse_proxy: the lock
 	// must wrap whatever produces the response ("before reverse_proxy" would put it after
@@ -53,6 +57,7 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //	    fencing [<header>]
 //	    on_unavailable fail|bypass
 //	    dry_run
+//	    name <label>
 //	}
 func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	d.Next() // directive name

@@ -2,8 +2,15 @@ package caddyredlock
 
 import (
 	"fmt"
+	"go/ast"
+	"go/parser"
+	"go/token"
 	"math"
+	"os"
 	"reflect"
+	"regexp"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -83,6 +90,86 @@ func TestCaddyfileEveryOption(t *testing.T) {
 	if s.wait != 0 || s.lock.RetryDelayMin != 10*time.Millisecond || s.lock.RetryDelayMax != 100*time.Millisecond || !s.bypass || s.fencingHeader != "X-Fence" {
 		t.Errorf("resolved: %+v", s)
 	}
+}
+
+// Every option the parser accepts (parseOption, and parseTLS inside the tls block) is in
+// UnmarshalCaddyfile's syntax comment and in docs/configuration.md's option tables, and
+// neither lists an option the parser refuses.
+func TestCaddyfileSyntaxListsEveryOption(t *testing.T) {
+	fset := token.NewFileSet()
+	parsed := map[string]*ast.File{}
+	for _, name := range []string{"caddyfile.go", "tls.go"} {
+		f, err := parser.ParseFile(fset, name, nil, parser.ParseComments)
+		if err != nil {
+			t.Fatal(err)
+		}
+		parsed[name] = f
+	}
+	accepted := append(switchCases(t, parsed["caddyfile.go"], "parseOption"), switchCases(t, parsed["tls.go"], "parseTLS")...)
+	slices.Sort(accepted)
+
+	var comment []string
+	for _, d := range parsed["caddyfile.go"].Decls {
+		if fd, ok := d.(*ast.FuncDecl); ok && fd.Name.Name == "UnmarshalCaddyfile" {
+			// The block's lines: an option name first, the directive and braces aside.
+			for _, line := range strings.Split(fd.Doc.Text(), "\n") {
+				if w := strings.Fields(line); len(w) > 0 && regexp.MustCompile(`^[a-z_]+$`).MatchString(w[0]) && w[0] != "redlock" {
+					comment = append(comment, w[0])
+				}
+			}
+		}
+	}
+	slices.Sort(comment)
+	if !slices.Equal(comment, accepted) {
+		t.Errorf("UnmarshalCaddyfile's syntax comment lists %v; the parser accepts %v", comment, accepted)
+	}
+
+	doc, err := os.ReadFile("docs/configuration.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var documented []string
+	for _, m := range regexp.MustCompile("(?m)^\\| `([a-z_]+)[ `]").FindAllStringSubmatch(string(doc), -1) {
+		if !slices.Contains(documented, m[1]) {
+			documented = append(documented, m[1])
+		}
+	}
+	for _, opt := range accepted {
+		if !slices.Contains(documented, opt) {
+			t.Errorf("option %s is not in a table of docs/configuration.md", opt)
+		}
+	}
+}
+
+// switchCases returns the string cases of the first switch in function fn of f.
+func switchCases(t *testing.T, f *ast.File, fn string) []string {
+	t.Helper()
+	var out []string
+	ast.Inspect(f, func(n ast.Node) bool {
+		fd, ok := n.(*ast.FuncDecl)
+		if !ok || fd.Name.Name != fn {
+			return true
+		}
+		ast.Inspect(fd.Body, func(n ast.Node) bool {
+			if sw, ok := n.(*ast.SwitchStmt); ok && out == nil {
+				for _, c := range sw.Body.List {
+					for _, e := range c.(*ast.CaseClause).List {
+						if lit, ok := e.(*ast.BasicLit); ok && lit.Kind == token.STRING {
+							v, _ := strconv.Unquote(lit.Value)
+							out = append(out, v)
+						}
+					}
+				}
+				return false
+			}
+			return true
+		})
+		return false
+	})
+	if len(out) == 0 {
+		t.Fatalf("no string cases found in %s", fn)
+	}
+	return out
 }
 
 func TestDefaults(t *testing.T) {

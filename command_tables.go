@@ -139,7 +139,7 @@ func yesNo(b bool) string {
 func newTable(w io.Writer) *tabwriter.Writer { return tabwriter.NewWriter(w, 0, 0, 2, ' ', 0) }
 
 func printLocks(w io.Writer, v locksJSON) error {
-	fmt.Fprintf(w, "%d held, %d waiting, %d draining\n", v.Held, v.Waiting, v.Draining)
+	fmt.Fprintf(w, "%d held, %d waiting, %d draining, %d releasing\n", v.Held, v.Waiting, v.Draining, v.Releasing)
 	if len(v.Locks) == 0 {
 		return nil
 	}
@@ -157,7 +157,7 @@ func printLocks(w io.Writer, v locksJSON) error {
 			token = strconv.FormatInt(l.Token, 10)
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s %s\t%s\t%s\n", shownKeys(l.Key, l.Keys), dash(shown(l.Mode)),
-			shown(l.State), humanMS(l.WaitMS), held, validity, l.Renewals, l.Waiters, shown(token), shown(l.Method), shown(l.URI),
+			shown(string(l.State)), humanMS(l.WaitMS), held, validity, l.Renewals, l.Waiters, shown(token), shown(l.Method), shown(l.URI),
 			dash(shown(l.RemoteAddr)), dash(shown(l.Name)))
 	}
 	return tw.Flush()
@@ -220,7 +220,7 @@ func printKey(w io.Writer, v keyJSON) error {
 			fmt.Fprintln(w)
 		}
 		if h := l.Holder; h != nil {
-			fmt.Fprintf(w, "held here (%s) by %s %s from %s: held %s, validity %s, %d renewals", shown(h.State), shown(h.Method),
+			fmt.Fprintf(w, "held here (%s) by %s %s from %s: held %s, validity %s, %d renewals", shown(string(h.State)), shown(h.Method),
 				shown(h.URI), dash(shown(h.RemoteAddr)), humanMS(h.HeldMS), humanMS(h.ValidityMS), h.Renewals)
 			if h.Token != 0 {
 				fmt.Fprintf(w, ", token %d", h.Token)

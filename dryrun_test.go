@@ -113,7 +113,7 @@ func TestDryRunLossLetsTheRequestGoOn(t *testing.T) {
 	}
 %s`, redisLine(servers), proxyStreaming(up)))
 	name := map[string]string{"reason": "lost"}
-	dryLostBefore := metricTotal(t, dryRunTotal, name)
+	dryLostBefore := metricTotal(t, metrics.dryRun, name)
 
 	resp, err := http.Get(s.url + "/live")
 	if err != nil {
@@ -129,7 +129,7 @@ func TestDryRunLossLetsTheRequestGoOn(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	counted := eventually(10*time.Second, func() bool { return metricTotal(t, dryRunTotal, name) > dryLostBefore })
+	counted := eventually(10*time.Second, func() bool { return metricTotal(t, metrics.dryRun, name) > dryLostBefore })
 	for _, srv := range servers[:2] {
 		if err := srv.Resume(); err != nil {
 			t.Fatal(err)

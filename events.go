@@ -103,7 +103,7 @@ func (q *eventQueue) emit(name string, data map[string]any) {
 	case q.ch <- queuedEvent{name: name, data: data}:
 	default:
 		if q.dropping.CompareAndSwap(false, true) {
-			caddy.Log().Named("http.handlers.redlock").Warn("redlock events handler too slow: events dropped",
+			pluginLog().Warn("redlock events handler too slow: events dropped",
 				zap.String("name", q.name), zap.String("event", name), zap.Int("queued", eventQueueLen))
 		}
 	}

@@ -19,6 +19,12 @@ import (
 	"github.com/caddy-redlock/caddy-redlock/redlock"
 )
 
+// This file holds a request's path through the handler: ServeHTTP renders its keys and
+// acquires them (requests.go tracks it meanwhile), serveLocked runs the handlers behind
+// with the locks held and watched (watchLock), finish ends them as endrule.go says
+// (hand over, release off the response path, or drain), and acquireFailed answers a
+// request whose locks could not be taken.
+
 // statusClientClosedRequest is what Caddy's reverse_proxy records when the client went
 // away; there is no standard code.
 const statusClientClosedRequest = 499
@@ -91,6 +97,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 // out, finished (released, handed over or drained).
 func (h *Handler) serveLocked(ctx context.Context, w http.ResponseWriter, r *http.Request, next caddyhttp.Handler,
 	repl *caddy.Replacer, l heldLocks, e *inflight) (err error) {
+	e.setHeld(l) // first: every way out below finishes a held request
 	key := e.key
 	// next writes through x (exchange.go); an upgraded connection is watched there too:
 	// its tunnel's end decides as much as next's error does (tunnel.go).
@@ -134,7 +141,6 @@ func (h *Handler) serveLocked(ctx context.Context, w http.ResponseWriter, r *htt
 		r.Header.Set(h.s.fencingHeader, tok)
 		repl.Set(phToken, tok)
 	}
-	e.setHeld(l)
 	nextCtx := x.begin(ctx, w)
 	stop := h.watchLock(ctx, l, e, r)
 	defer stop() // on a panic in next; a no-op after the call below
@@ -195,7 +201,7 @@ func (h *Handler) finish(l heldLocks, e *inflight, r *http.Request, ended reques
 		}
 		observeHold(h.label(), e.mode, how, e.heldFor())
 		e.hold.endHold(l, how)
-		e.setReleasing()
+		e.move(stateReleasing)
 		go func() {
 			h.release(l, e, r)
 			untrackRequest(e)
@@ -204,7 +210,7 @@ func (h *Handler) finish(l heldLocks, e *inflight, r *http.Request, ended reques
 	}
 	// Of several keys, those still held drain (a lost one drains with them: there is
 	// nothing left to keep).
-	e.setState(stateDraining)
+	e.move(stateDraining)
 	h.logger.Debug("redlock request cut short, upstream error, retried or tunnel not closed cleanly: lock kept one more ttl before release (draining)",
 		zap.String("key", e.key), zap.Bool("tunnel", ended.tunnel != tunnelNone), zap.Int("retries", ended.retries),
 		zap.Int64("held_ms", e.heldFor().Milliseconds()), tokenField(l))
@@ -213,6 +219,7 @@ func (h *Handler) finish(l heldLocks, e *inflight, r *http.Request, ended reques
 	time.AfterFunc(h.s.lock.TTL, func() {
 		observeHold(h.label(), e.mode, holdDrained, e.heldFor())
 		e.hold.endHold(l, holdDrained)
+		e.move(stateReleasing)
 		h.release(l, e, r)
 		untrackRequest(e)
 	})

@@ -432,7 +432,7 @@ func TestClientGoesAwayMidStream(t *testing.T) {
 // The release runs after the response has reached the client, not before. Two of three
 // nodes are paused while the upstream holds the request, so the release cannot reach a
 // quorum and takes a node timeout (1s): the client has its whole response while the
-// request is still in the table, releasing. (With one node paused the release returns at
+// request is still in the table, releasing, and shown so. (With one node paused the release returns at
 // the other two nodes' deletes, about as fast as the response: a race, not a test.)
 func TestReleaseIsOffTheResponsePath(t *testing.T) {
 	servers := redistest.StartN(t, 3)
@@ -479,8 +479,12 @@ func TestReleaseIsOffTheResponsePath(t *testing.T) {
 	if res.code != 200 {
 		t.Fatalf("status %d", res.code)
 	}
-	if n := len(inflightRequests()); n != 1 {
-		t.Fatalf("%d requests in the table right after the response, want 1 still releasing", n)
+	if rs := inflightRequests(); len(rs) != 1 || rs[0].State != stateReleasing {
+		t.Fatalf("right after the response: %+v, want 1 request still releasing", rs)
+	}
+	// The admin API says so too (not held: its ServeHTTP is done).
+	if v := newAdmClient(s).locks(t); v.Releasing != 1 || v.Held != 0 || len(v.Locks) != 1 || v.Locks[0].State != stateReleasing {
+		t.Errorf("GET /redlock/locks while the release runs: %+v, want one releasing lock", v)
 	}
 	for _, srv := range servers[1:] {
 		srv.Resume()

@@ -11,6 +11,10 @@ import (
 	"github.com/caddy-redlock/caddy-redlock/redlock"
 )
 
+// This file holds a request's locks as one value (heldLocks): taking them, and renewing,
+// watching, handing over and releasing them together, as the handler needs them whether
+// the request has one key or several.
+
 // acquire takes the request's keys: one, or several all together (redlock.AcquireAll:
 // sorted order, all or nothing).
 func acquire(ctx context.Context, c *redlock.Client, keys []string, o redlock.AcquireOptions) (heldLocks, error) {
@@ -170,7 +174,8 @@ func (hl heldLocks) release(ctx context.Context) error {
 }
 
 // context returns a copy of parent cancelled the moment any of the locks is lost, with
-// that lock's *redlock.LostError as its cause (redlock.Lock.Context).
+// that lock's *redlock.LostError as its cause (redlock.Lock.Context). The redlock package
+// has the same unexported helper (heldContext, for AcquireAll's wait) and exports none.
 func (hl heldLocks) context(parent context.Context) (context.Context, context.CancelFunc) {
 	ctx := parent
 	cancels := make([]context.CancelFunc, len(hl))
@@ -190,7 +195,8 @@ func isUnavailable(err error) bool {
 	return ok
 }
 
-// isLost reports whether err says a lock is gone for good.
+// isLost reports whether err says a lock is gone for good. The redlock package has its
+// own, unexported: the plugin needs it for LockInfo.Err and renewal errors.
 func isLost(err error) bool {
 	_, ok := errors.AsType[*redlock.LostError](err)
 	return ok

@@ -20,13 +20,16 @@ func TestHoldMetric(t *testing.T) {
 	servers := redistest.StartN(t, 3)
 	st := &streamer{cancelled: map[string]time.Time{}}
 	up := newUpstream(t, 0, st.serve)
-	s := adminSite(t, servers, redistest.URLs(servers), "hold:", "", up)
+	// Named: the histogram is process-wide, and the drains of an earlier test's requests
+	// may end during this one; only this block's series are counted.
+	s := adminSite(t, servers, redistest.URLs(servers), "hold:", "name holdmetric", up)
 	adm := newAdmClient(s)
 	c := &http.Client{Timeout: 30 * time.Second}
 	const count, sum = "caddy_redlock_hold_duration_seconds_count", "caddy_redlock_hold_duration_seconds_sum"
 	before := scrape(t, adm)
 	delta := func(after, name, how string) float64 {
-		return max(metricValue(after, name, `how="`+how+`"`), 0) - max(metricValue(before, name, `how="`+how+`"`), 0)
+		mine := []string{`how="` + how + `"`, `name="holdmetric"`}
+		return max(metricValue(after, name, mine...), 0) - max(metricValue(before, name, mine...), 0)
 	}
 
 	// Three requests for one key at once: they queue here and hand over to each other;

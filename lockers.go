@@ -70,6 +70,9 @@ func lockers() []*sharedLocker {
 // lockerLease is one handler's reference to a shared locker. The handler's config holds
 // one reference and every running request another, so that a reload that changes the
 // node set does not close the client under requests still waiting on the old handler.
+// It is a count of its own, not the pool's, because it must refuse a request once it
+// reached zero (hold), where the pool would build a new client (docs/development.md,
+// "Why a locker is counted twice").
 type lockerLease struct {
 	key    lockerKey
 	shared *sharedLocker
@@ -85,7 +88,7 @@ func openLocker(urls []string, s *settings) (*lockerLease, error) {
 		drift: o.DriftFactor, retryMin: o.RetryDelayMin, retryMax: o.RetryDelayMax, tls: s.tlsKey, name: s.name}
 	v, _, err := lockerPool.LoadOrNew(key, func() (caddy.Destructor, error) {
 		// The client outlives this config: log through Caddy's default logger as it is
-		// at each line, not the module's (redlocklog.go).
+		// at each line, not the module's (logs.go).
 		o.Logger = newRedlockLogger()
 		// The name is needed before New (the observer labels with it), the addresses
 		// after: parse them as New does.
@@ -133,7 +136,7 @@ func (l *lockerLease) drop() {
 	l.mu.Unlock()
 	if last {
 		if _, err := lockerPool.Delete(l.key); err != nil {
-			caddy.Log().Named(redlockLoggerName).Warn("closing redlock client",
+			pluginLog().Warn("closing redlock client",
 				zap.String("locker", l.shared.name), zap.Error(err))
 		}
 	}

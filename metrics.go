@@ -7,20 +7,22 @@ import (
 	"sync"
 	"time"
 
-	"github.com/caddyserver/caddy/v2"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
 	"github.com/caddy-redlock/caddy-redlock/redlock"
 )
 
-// Prometheus metrics in Caddy's registry (served at the admin API's /metrics).
+// Prometheus metrics in Caddy's registry (served at the admin API's /metrics): the
+// collectors and their registration, the counting helpers the handler calls, the gauges
+// read from the request table at scrape time (inflightCollector), and the node-call
+// observer that counts every redlock client's calls and logs a node's transitions.
 //
 // The collectors are created once for the process: Caddy builds a new registry for every
 // config load, so registerMetrics adds the same collectors to each new registry and the
 // counts carry on across reloads. Labels are bounded: the blocks' names (from the config
-// only: name.go), acquire results, lost reasons, renewal results, node addresses (never
-// with a password) and node operations. Never a lock key, a request URI or a lock value.
+// only: name.go), lock modes, acquire results, lost reasons, renewal results, how a hold
+// ended, dry run reasons, node addresses (never with a password) and node operations. Never a lock key, a request URI or a lock value.
 // Every collector has the label name, so that one block's series can be told apart.
 
 const metricsNamespace, metricsSubsystem = "caddy", "redlock"
@@ -30,6 +32,10 @@ const metricsNamespace, metricsSubsystem = "caddy", "redlock"
 var (
 	waitBuckets = []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60}
 	rttBuckets  = []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1}
+	// holdBuckets run exponentially (x2.5) from 1ms to about 1.6h (5821s): a 2ms API call
+	// and an hour-long stream both land in a bucket of their own order of magnitude, in 18
+	// buckets per label.
+	holdBuckets = prometheus.ExponentialBuckets(0.001, 2.5, 18)
 )
 
 var metrics = struct {
@@ -38,37 +44,49 @@ var metrics = struct {
 	inflight   prometheus.Collector // held_locks and waiting_requests, by name (inflightCollector)
 	renewals   *prometheus.CounterVec
 	lost       *prometheus.CounterVec
+	hold       *prometheus.HistogramVec // how long requests held their lock, by how the hold ended
+	dryRun     *prometheus.CounterVec   // requests dry_run let through unlocked
 	nodeErrors *prometheus.CounterVec
 	nodeRTT    *prometheus.HistogramVec
 }{
-	acquire: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-		Namespace: metricsNamespace, Subsystem: metricsSubsystem, Name: "acquire_duration_seconds",
-		Help:    "Time a request spent acquiring its lock (waiting included), by lock mode (exclusive, shared, limit) and result: acquired, busy, unavailable, cancelled, bypassed, error.",
-		Buckets: waitBuckets,
-	}, []string{"name", "mode", "result"}),
-	wait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-		Namespace: metricsNamespace, Subsystem: metricsSubsystem, Name: "wait_seconds",
-		Help:    "Time a request waited for a key that was taken when it arrived (held by this or another instance), by lock mode and result.",
-		Buckets: waitBuckets,
-	}, []string{"name", "mode", "result"}),
+	acquire: newHistogram("acquire_duration_seconds",
+		"Time a request spent acquiring its lock (waiting included), by lock mode (exclusive, shared, limit) and result: acquired, busy, unavailable, cancelled, bypassed, error.",
+		waitBuckets, "name", "mode", "result"),
+	wait: newHistogram("wait_seconds",
+		"Time a request waited for a key that was taken when it arrived (held by this or another instance), by lock mode and result.",
+		waitBuckets, "name", "mode", "result"),
 	inflight: inflightCollector{},
-	renewals: prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: metricsNamespace, Subsystem: metricsSubsystem, Name: "renewals_total",
-		Help: "Lock renewals by result: ok, error (transient, retried while validity lasts) or lost.",
-	}, []string{"name", "result"}),
-	lost: prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: metricsNamespace, Subsystem: metricsSubsystem, Name: "locks_lost_total",
-		Help: "Held locks lost while their request ran (the request was aborted), by reason: expired, taken, vanished, max_hold, force_released.",
-	}, []string{"name", "reason"}),
-	nodeErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: metricsNamespace, Subsystem: metricsSubsystem, Name: "node_errors_total",
-		Help: "Failed commands to a Redis node, by node address and operation.",
-	}, []string{"name", "node", "op"}),
-	nodeRTT: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-		Namespace: metricsNamespace, Subsystem: metricsSubsystem, Name: "node_rtt_seconds",
-		Help:    "Round-trip time of successful commands to a Redis node, by node address and operation.",
-		Buckets: rttBuckets,
-	}, []string{"name", "node", "op"}),
+	renewals: newCounter("renewals_total",
+		"Lock renewals by result: ok, error (transient, retried while validity lasts) or lost.",
+		"name", "result"),
+	lost: newCounter("locks_lost_total",
+		"Held locks lost while their request ran (the request was aborted), by reason: expired, taken, vanished, max_hold, force_released.",
+		"name", "reason"),
+	hold: newHistogram("hold_duration_seconds",
+		"How long requests held their lock, by lock mode (exclusive, shared, limit) and how the hold ended: released, handed_over, lost, drained.",
+		holdBuckets, "name", "mode", "how"),
+	dryRun: newCounter("dry_run_total",
+		"Requests that dry_run served unlocked although they would have waited, been refused or been cut, by reason: busy, unavailable, error, lost.",
+		"name", "reason"),
+	nodeErrors: newCounter("node_errors_total",
+		"Failed commands to a Redis node, by node address and operation.",
+		"name", "node", "op"),
+	nodeRTT: newHistogram("node_rtt_seconds",
+		"Round-trip time of successful commands to a Redis node, by node address and operation.",
+		rttBuckets, "name", "node", "op"),
+}
+
+// newHistogram and newCounter make a collector named caddy_redlock_<name>.
+func newHistogram(name, help string, buckets []float64, labels ...string) *prometheus.HistogramVec {
+	return prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Namespace: metricsNamespace, Subsystem: metricsSubsystem, Name: name, Help: help, Buckets: buckets,
+	}, labels)
+}
+
+func newCounter(name, help string, labels ...string) *prometheus.CounterVec {
+	return prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: metricsNamespace, Subsystem: metricsSubsystem, Name: name, Help: help,
+	}, labels)
 }
 
 // nodeObserver counts every redlock client's node calls (through its lockerObserver,
@@ -95,14 +113,30 @@ func countWaited(name, mode, result string, wait time.Duration) {
 	metrics.wait.WithLabelValues(name, mode, result).Observe(wait.Seconds())
 }
 
+// How a hold ended, the label of caddy_redlock_hold_duration_seconds.
+const (
+	holdReleased   = "released"    // the request completed; the lock was released
+	holdHandedOver = "handed_over" // passed straight to the next local waiter
+	holdLost       = "lost"        // lost while the request ran (expired, taken, max_hold, force release)
+	holdDrained    = "drained"     // the request was cut short; released after one more ttl
+)
+
+// observeHold records a hold that ended.
+func observeHold(name, mode, how string, held time.Duration) {
+	metrics.hold.WithLabelValues(name, mode, how).Observe(held.Seconds())
+}
+
+// countDryRun records a request dry run let through unlocked.
+func countDryRun(name, reason string) { metrics.dryRun.WithLabelValues(name, reason).Inc() }
+
 // registerMetrics adds the collectors to a config's registry. Several modules of one
 // config register them (every handler, the admin module): the duplicates are expected.
 func registerMetrics(reg *prometheus.Registry) error {
 	if reg == nil {
 		return nil
 	}
-	for _, c := range append([]prometheus.Collector{metrics.acquire, metrics.wait, metrics.inflight,
-		metrics.renewals, metrics.lost, metrics.nodeErrors, metrics.nodeRTT}, opsCollectors...) {
+	for _, c := range []prometheus.Collector{metrics.acquire, metrics.wait, metrics.inflight,
+		metrics.renewals, metrics.lost, metrics.hold, metrics.dryRun, metrics.nodeErrors, metrics.nodeRTT} {
 		var already prometheus.AlreadyRegisteredError
 		if err := reg.Register(c); err != nil && !errors.As(err, &already) {
 			return fmt.Errorf("redlock: registering metrics: %w", err)
@@ -111,9 +145,52 @@ func registerMetrics(reg *prometheus.Registry) error {
 	return nil
 }
 
-// observer receives the redlock clients' node calls (from their lockerObserver). It must not block: it only counts, and logs a node's
-// transitions between answering and failing, once each, so a dead node does not flood
-// the log.
+// inflightCollector reports caddy_redlock_held_locks and caddy_redlock_waiting_requests
+// by name, read from the request table at scrape time. Every locker in use reports its
+// series, 0 included, so a block's series do not come and go with its traffic.
+type inflightCollector struct{}
+
+var (
+	heldDesc = prometheus.NewDesc(prometheus.BuildFQName(metricsNamespace, metricsSubsystem, "held_locks"),
+		"Locks this instance holds for requests (draining ones included), by name.", []string{"name"}, nil)
+	waitingDesc = prometheus.NewDesc(prometheus.BuildFQName(metricsNamespace, metricsSubsystem, "waiting_requests"),
+		"Requests of this instance waiting for a lock, by name.", []string{"name"}, nil)
+)
+
+func (inflightCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- heldDesc
+	ch <- waitingDesc
+}
+
+func (inflightCollector) Collect(ch chan<- prometheus.Metric) {
+	held, waiting := map[string]int{}, map[string]int{}
+	for _, l := range lockers() {
+		held[l.name], waiting[l.name] = 0, 0
+	}
+	requests.mu.Lock()
+	for e := range requests.m {
+		name := e.owner.label()
+		e.mu.Lock()
+		switch {
+		case isWaiting(e):
+			waiting[name]++
+		case isHolding(e):
+			held[name]++
+		}
+		e.mu.Unlock()
+	}
+	requests.mu.Unlock()
+	for name, n := range held {
+		ch <- prometheus.MustNewConstMetric(heldDesc, prometheus.GaugeValue, float64(n), name)
+	}
+	for name, n := range waiting {
+		ch <- prometheus.MustNewConstMetric(waitingDesc, prometheus.GaugeValue, float64(n), name)
+	}
+}
+
+// observer receives the redlock clients' node calls (from their lockerObserver). It must
+// not block: it only counts, and logs a node's transitions between answering and
+// failing, once each, so a dead node does not flood the log.
 type observer struct {
 	mu      sync.Mutex
 	failing map[string]bool // node address -> its last call failed
@@ -151,7 +228,7 @@ func (o *observer) nodeCall(name, node, op string, rtt time.Duration, err error)
 	if !changed {
 		return
 	}
-	log := caddy.Log().Named("http.handlers.redlock")
+	log := pluginLog()
 	if !was {
 		// Node errors name the node and the failure (timeout, refused), never a value.
 		log.Warn("redis node not answering", zap.String("node", node), zap.String("op", op), zap.Error(err))

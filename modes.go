@@ -7,8 +7,12 @@ import (
 	"github.com/caddy-redlock/caddy-redlock/redlock"
 )
 
-// Lock modes of a request (docs/configuration.md, "Lock modes"), as {http.redlock.mode}, in the admin
-// API, logs and the metrics' mode label.
+// This file holds the lock modes (exclusive, shared, limit): which one a request takes,
+// from its method and the `shared` and `limit` options, and the acquire options each mode
+// means for the redlock package.
+
+// Lock modes of a request (docs/configuration.md, "Lock modes"), as {http.redlock.mode},
+// in the admin API, logs and the metrics' mode label.
 const (
 	modeExclusive = "exclusive"
 	modeShared    = "shared"

@@ -20,6 +20,11 @@ import (
 	"github.com/caddy-redlock/caddy-redlock/redlock"
 )
 
+// This file holds the handler module (http.handlers.redlock): its JSON config
+// (Handler, PathKey), Provision and Cleanup, and resolve, the one home of the options'
+// defaults, ranges and cross-option rules, which turns a Handler into the settings a
+// request reads.
+
 func init() {
 	caddy.RegisterModule(Handler{})
 }
@@ -144,10 +149,13 @@ type PathKey struct {
 	Keys []string `json:"keys,omitempty"`
 }
 
+// moduleID is the handler's module ID, also the logger name of the plugin's lines (logs.go).
+const moduleID = "http.handlers.redlock"
+
 // CaddyModule returns the Caddy module information.
 func (Handler) CaddyModule() caddy.ModuleInfo {
 	return caddy.ModuleInfo{
-		ID:  "http.handlers.redlock",
+		ID:  moduleID,
 		New: func() caddy.Module { return new(Handler) },
 	}
 }

@@ -18,15 +18,66 @@ import (
 // over or drained), and an exiting Caddy knows what is still running. The admin API and
 // the gauges read it.
 
-// Request states in the table, as the admin API shows them.
+// A request's states
+//
+// A request's life in the table is one field, inflight.state (guarded by inflight.mu),
+// changed only through move, with the transitions listed in requestMoves (as
+// redlock/state.go does for a lock; TestRequestMoves pins the table):
+//
+//	waiting --acquired--> held --released off the response path--> releasing --> done
+//	   |                   |  \--cut short (endrule.go)--> draining --one ttl later--> releasing
+//	   +--refused---> done  +--handed over to the next local request--> done
+//
+// The admin API and the CLI show the state as it is (done is never shown: the request is
+// leaving the table).
+
+// requestState is where a request is in its life; its value is what the admin API shows.
+type requestState string
+
 const (
-	stateWaiting  = "waiting"
-	stateHeld     = "held"
-	stateDraining = "draining" // the request was cut short; the lock is kept one more ttl
+	// stateWaiting: tracked, acquiring its locks (waiting for a busy key included).
+	stateWaiting requestState = "waiting"
+	// stateHeld: it holds its locks and its ServeHTTP is running.
+	stateHeld requestState = "held"
+	// stateDraining: the request was cut short; the lock is kept one more ttl.
+	stateDraining requestState = "draining"
+	// stateReleasing: ServeHTTP is done with the lock and its release runs in the
+	// background (at once for a request that completed, after the drain for one cut short).
+	stateReleasing requestState = "releasing"
+	// stateDone: the request holds nothing any more and leaves the table. Final.
+	stateDone requestState = "done"
 )
 
+// requestMoves lists, for each state, the states a request may move to: the one home of
+// a request's transitions.
+var requestMoves = map[requestState][]requestState{
+	stateWaiting:   {stateHeld, stateDone},
+	stateHeld:      {stateReleasing, stateDraining, stateDone},
+	stateDraining:  {stateReleasing},
+	stateReleasing: {stateDone},
+	stateDone:      nil,
+}
+
+// move changes the request's state to to if requestMoves allows it from the current
+// one, and reports whether it did. Each caller runs only in a state the table lets it
+// leave (the diagram above), so a refused move is a bug, which TestRequestMoves guards.
+func (e *inflight) move(to requestState) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.moveLocked(to)
+}
+
+// moveLocked is move with e.mu held.
+func (e *inflight) moveLocked(to requestState) bool {
+	if !slices.Contains(requestMoves[e.state], to) {
+		return false
+	}
+	e.state = to
+	return true
+}
+
 // inflight is one request that waits for or holds a lock (or whose lock drains or is
-// being released).
+// being released): one entry of the table.
 type inflight struct {
 	owner  *Handler
 	locker string   // sharedLocker.id
@@ -41,11 +92,10 @@ type inflight struct {
 	hold   lockSpan // the redlock.hold span (tracing.go), set once acquired
 	x      exchange // once held: next's response writer and what it saw (exchange.go)
 
-	mu        sync.Mutex
-	state     string
-	releasing bool // ServeHTTP returned and the lock is released in the background
-	heldAt    time.Time
-	lock      heldLocks
+	mu     sync.Mutex // guards state, heldAt and lock
+	state  requestState
+	heldAt time.Time
+	lock   heldLocks
 }
 
 // requests is the table of in-flight requests, by pointer.
@@ -71,28 +121,20 @@ func trackRequest(e *inflight) bool {
 // untrackRequest takes the request out of the table once it holds no lock any more, and
 // gives back its reference on the locker.
 func untrackRequest(e *inflight) {
+	e.move(stateDone)
 	requests.mu.Lock()
 	delete(requests.m, e)
 	requests.mu.Unlock()
 	e.owner.locker.drop()
 }
 
+// setHeld moves a waiting request to held, with the locks it holds.
 func (e *inflight) setHeld(l heldLocks) {
 	e.mu.Lock()
-	e.state, e.heldAt, e.lock = stateHeld, time.Now(), l
-	e.mu.Unlock()
-}
-
-func (e *inflight) setState(state string) {
-	e.mu.Lock()
-	e.state = state
-	e.mu.Unlock()
-}
-
-func (e *inflight) setReleasing() {
-	e.mu.Lock()
-	e.releasing = true
-	e.mu.Unlock()
+	defer e.mu.Unlock()
+	if e.moveLocked(stateHeld) {
+		e.heldAt, e.lock = time.Now(), l
+	}
 }
 
 // countRequests counts the table's entries that match (nil h: every handler's).
@@ -116,10 +158,11 @@ func countRequests(h *Handler, match func(e *inflight) bool) int {
 // Matchers for countRequests (called with e.mu held).
 var (
 	isWaiting = func(e *inflight) bool { return e.state == stateWaiting }
-	isHolding = func(e *inflight) bool { return e.state != stateWaiting }
+	// isHolding: the request's locks stand in Redis (held, draining or being released).
+	isHolding = func(e *inflight) bool { return e.state != stateWaiting && e.state != stateDone }
 	// inServeHTTP: the request's ServeHTTP has not yet finished with its lock.
-	inServeHTTP = func(e *inflight) bool { return e.state != stateDraining && !e.releasing }
-	isReleasing = func(e *inflight) bool { return e.releasing }
+	inServeHTTP = func(e *inflight) bool { return e.state == stateWaiting || e.state == stateHeld }
+	isReleasing = func(e *inflight) bool { return e.state == stateReleasing }
 )
 
 // heldFor is how long the request has held its lock (0 before it got it).
@@ -148,7 +191,7 @@ type requestInfo struct {
 	Key        string        `json:"key"`
 	Keys       []string      `json:"keys,omitempty"`
 	Mode       string        `json:"mode"`
-	State      string        `json:"state"`
+	State      requestState  `json:"state"`
 	Since      time.Time     `json:"since"`
 	HeldSince  time.Time     `json:"held_since,omitzero"`
 	Validity   time.Duration `json:"-"`
@@ -181,6 +224,10 @@ func inflightRequests() []requestInfo {
 	out := make([]requestInfo, 0, len(entries))
 	for _, e := range entries {
 		e.mu.Lock()
+		if e.state == stateDone { // untracked since the copy above
+			e.mu.Unlock()
+			continue
+		}
 		ri := requestInfo{Key: e.key, Mode: e.mode, State: e.state, Since: e.since, HeldSince: e.heldAt,
 			Method: e.method, URI: e.uri, RemoteAddr: e.remote, Locker: e.locker,
 			Name: e.owner.label()}

@@ -129,7 +129,7 @@ func TestMaxHoldCountsFromTheAcquire(t *testing.T) {
 	if s.logContains("lock lost", `"reason":"max_hold"`) {
 		t.Error("max_hold cut a request that held its lock for 300ms")
 	}
-	if strings.Contains(fmt.Sprint(inflightRequests()), stateDraining) {
+	if strings.Contains(fmt.Sprint(inflightRequests()), string(stateDraining)) {
 		t.Errorf("a request drains: %+v", inflightRequests())
 	}
 	noKeysLeft(t, servers, "maxholdwait:")

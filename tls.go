@@ -13,6 +13,9 @@ import (
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 )
 
+// This file holds the `tls` block: its config (TLS), its Caddyfile parsing, its checks,
+// and the *tls.Config it gives the locker for the rediss:// nodes.
+
 // TLS is the `tls` block: how the handler's rediss:// nodes are verified and how it
 // authenticates to them. Files are read at provision (a reload reads them again).
 type TLS struct {

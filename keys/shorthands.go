@@ -1,10 +1,15 @@
 package keys
 
+// This file holds copies of the Caddyfile adapter's placeholder shorthands
+// (Caddy v2.11.9, caddyconfig/httpcaddyfile/shorthands.go): Caddy does not
+// export them as a table, and this package imports no Caddy. Copy them again
+// on a Caddy upgrade: TestShorthandsMatchCaddy reads Caddy's file from the module
+// cache and fails when they differ.
+
 // caddyfileShorthands maps each Caddyfile placeholder shorthand that is a
 // valid capture name to what the Caddyfile adapter expands it to. Copied
-// from placeholderShorthands in Caddy v2.11.9,
-// caddyconfig/httpcaddyfile/shorthands.go (entries such as "{%uri}" or
-// "{?query}" are left out: they can never be capture names).
+// from placeholderShorthands (entries such as "{%uri}" or "{?query}" are
+// left out: they can never be capture names).
 var caddyfileShorthands = map[string]string{
 	"host":                              "http.request.host",
 	"hostport":                          "http.request.hostport",

@@ -18,10 +18,13 @@ import (
 // one Client per node set per process is the intended use (it owns the connections, the
 // release-notice subscriptions, the local wait queues and the health checks).
 type Client struct {
-	id     string // random; tags this client's release notices
-	opt    Options
-	marker string // the data marker's name (dataloss.go): every acquire round sends it
-	boundK string // where the nodes keep the bound (boundKey): every acquire round sends it too
+	id string // random; tags this client's release notices
+	// firstMark is the mark of the data markers this client's first hello to each node
+	// creates (node.hello; voting.go, freshStartOf); random, never used for anything else.
+	firstMark string
+	opt       Options
+	marker    string // the data marker's name (dataloss.go): every acquire round sends it
+	boundK    string // where the nodes keep the bound (boundKey): every acquire round sends it too
 	// markerGet reads the data marker behind the plain SETs of a first try, once per
 	// pipeline (sendRound, Command.Then): one command shared by every round.
 	markerGet *transport.Command
@@ -70,7 +73,7 @@ func New(urls []string, opt Options) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("redlock: %w", err)
 	}
-	c := &Client{id: rand.Text(), opt: opt, quorum: len(urls)/2 + 1, held: map[string][]*Lock{},
+	c := &Client{id: rand.Text(), firstMark: rand.Text(), opt: opt, quorum: len(urls)/2 + 1, held: map[string][]*Lock{},
 		marker: opt.Prefix + markerName, boundK: opt.Prefix + boundName}
 	c.markerGet = transport.NewCommand(nil, nil, "get", c.marker)
 	c.ctx, c.cancel = context.WithCancel(context.Background())

@@ -125,8 +125,24 @@ func (c *Client) markerKey() string { return c.marker }
 // marker is a node's answer to announceScript.
 type marker struct {
 	bound int64         // the bound stored, ms
-	value string        // the marker's value (random:created_ms)
+	value string        // the marker's value (mark/run_id:created_ms)
 	age   time.Duration // how long ago the node created it, by its own clock
+	aged  bool          // age was read (the marker holds the node's clock: a user granted TIME)
+}
+
+// markOf is the mark of a marker value (mark/run_id:created_ms, announceScript) when
+// the process that made it is runID, the node's current one; else "" (no marker, one
+// loaded from disk or a replica, one of an older client without a run_id).
+func markOf(value, runID string) string {
+	head, _, ok := strings.Cut(value, ":")
+	if !ok || runID == "" {
+		return ""
+	}
+	mark, rid, ok := strings.Cut(head, "/")
+	if !ok || rid != runID || mark == "" {
+		return ""
+	}
+	return mark
 }
 
 // parseMarker reads announceScript's reply {bound_ms, marker, now_ms}.
@@ -146,8 +162,8 @@ func parseMarker(reply transport.Reply) (marker, error) {
 	}
 	m := marker{bound: bound, value: value}
 	if _, created, ok := strings.Cut(value, ":"); ok {
-		if ms, err := strconv.ParseInt(created, 10, 64); err == nil && now >= ms {
-			m.age = time.Duration(now-ms) * time.Millisecond
+		if ms, err := strconv.ParseInt(created, 10, 64); err == nil && ms > 0 && now >= ms {
+			m.age, m.aged = time.Duration(now-ms)*time.Millisecond, true
 		}
 	}
 	return m, nil

@@ -29,14 +29,18 @@ type node struct {
 	// maxmemory_policy, as its last health check or hello read them; true until read).
 	// Its grants then carry its eviction count (evictionsLua); read without mu (sendRound).
 	canEvict          atomic.Bool
-	noEvictionsWarned atomic.Bool  // warnNoEvictions logged
-	health            healthReport // what the HealthObserver was told; health loop only
+	noEvictionsWarned atomic.Bool // warnNoEvictions logged
+	// markerRead: this client has read the node's data marker once. Its hellos carry the
+	// client's first mark (Client.firstMark) until then, a random mark after (voting.go).
+	markerRead atomic.Bool
+	health     healthReport // what the HealthObserver was told; health loop only
 
 	mu          sync.Mutex
 	runID       string
 	lossSeen    time.Time       // when this client saw the node lose its keys (monotonic reading; voting.go)
 	lossCause   QuarantineCause // QuarantineRestart or QuarantineDataLoss
 	marker      string          // the node's data marker as last read (dataloss.go)
+	markedAt    time.Time       // when that marker was made, by this client's clock (its age as read; zero if unknown)
 	markerDue   bool            // a grant saw the marker gone or changed; not read since (voting.go)
 	evicted     int64           // INFO's evicted_keys as last read, -1 before
 	youngWarned bool            // warnYoung logged
@@ -116,12 +120,21 @@ func (n *node) silent() bool { return n.tr.Silent() }
 // client lands on a node that does not know the bound that covers it (voting.go).
 // announceScript goes as EVAL, not EVALSHA: it runs on a new connection or once a
 // health interval, and needs no NOSCRIPT fallback. Its replies go to heard.
+// A marker the announce creates carries the client's first mark while this client has
+// not yet read the node's marker (its first contact: the hellos of the connections and
+// health check New starts, and their retries), else a random one: the nodes a client
+// found unmarked on its first contact share one mark, which is how a fresh start is told
+// from a node that lost its data alone (freshStartOf, voting.go).
 func (n *node) hello() [][]any {
 	b := n.c.opt.MaxTTL
+	mark := n.c.firstMark
+	if n.markerRead.Load() {
+		mark = rand.Text()
+	}
 	return [][]any{
 		{"info"},
 		{"eval", announceScript, 2, n.c.boundKey(), n.c.markerKey(), b.Milliseconds(),
-			boundExpiry(b).Milliseconds(), maxBound.Milliseconds(), rand.Text()},
+			boundExpiry(b).Milliseconds(), maxBound.Milliseconds(), mark},
 	}
 }
 
@@ -203,7 +216,14 @@ func (n *node) observe(info string, ann transport.Reply) {
 		n.evicted = evicted
 	}
 	if mErr == nil {
+		if m.value != prevMarker {
+			n.markedAt = time.Time{}
+			if m.aged {
+				n.markedAt = now.Add(-m.age)
+			}
+		}
 		n.marker, n.markerDue = m.value, false
+		n.markerRead.Store(true)
 	}
 	var until time.Time
 	if cause != "" {

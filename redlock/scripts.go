@@ -386,13 +386,15 @@ return n
 // use (voting.go) and the node's data marker (dataloss.go): KEYS[1] the bound key,
 // KEYS[2] the marker key; ARGV[1] the announcing client's MaxTTL in ms, ARGV[2] how long
 // that announcement (and the marker) lives in ms, ARGV[3] the largest bound believed
-// (maxBound), ARGV[4] a new marker value, used only when the node has none. The larger
+// (maxBound), ARGV[4] a new marker's mark (the client's first mark on its first hello
+// to the node, else a random one: voting.go), used only when the node has none. The larger
 // bound wins; the winner's announcement sets the expiry, so a bound outlives its last
 // announcer by that much and then lapses (a client long gone no longer lengthens
 // everyone's quarantine). A value no client of ours wrote (not a number, above maxBound,
-// or without an expiry) is replaced. The marker is created with the node's clock
-// appended (0 for a user not granted TIME: the
-// permission probe names it), else kept alive. Returns {bound now stored in ms, marker, node clock in ms}.
+// or without an expiry) is replaced. The marker is created as mark/run_id:clock, the
+// process that made it and the node's clock in ms (run_id "" and clock 0 for a user not
+// granted INFO or TIME: the permission probe names them), else kept alive; the clock
+// stays last, so older clients still read the marker's age. Returns {bound now stored in ms, marker, node clock in ms}.
 // A plain string so it can go out as EVAL in a pipeline.
 const announceScript = `
 local cur = redis.pcall('GET', KEYS[1])
@@ -408,7 +410,9 @@ local now = 0
 if type(t) == 'table' and t[1] then now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) end
 local m = redis.pcall('GET', KEYS[2])
 if type(m) ~= 'string' then
-  m = ARGV[4] .. ':' .. now
+  local info = redis.pcall('INFO', 'server')
+  local rid = (type(info) == 'string' and string.match(info, 'run_id:(%x+)')) or ''
+  m = ARGV[4] .. '/' .. rid .. ':' .. now
   redis.call('SET', KEYS[2], m, 'PX', ARGV[2])
 else
   redis.call('PEXPIRE', KEYS[2], ARGV[2])

@@ -17,8 +17,9 @@ import (
 //     moment the client saw it;
 //   - young: a node first seen by this client (a Caddy start or reload) whose INFO uptime
 //     says it started less than a quarantine ago, unless it started together with a
-//     majority of the nodes (freshStart: a new deployment, which cannot be told apart
-//     from a majority restart, which Redlock without persistence cannot survive anyway).
+//     majority of the nodes, all of them marked by one client's first hello (freshStart,
+//     Fresh start below: a new deployment, which cannot be told apart from a majority
+//     restart, which Redlock without persistence cannot survive anyway).
 //
 // Restart quarantine across clients
 //
@@ -45,10 +46,57 @@ import (
 // restarting at once loses it, and that Redlock without persistence cannot survive in
 // any case (the fresh start above: freshStart).
 
+// Fresh start
+//
+// Claim: a young node x that a client lets vote because it belongs to a fresh start
+// (freshStartOf) lost no lock that is still held elsewhere, unless a majority of the
+// nodes lost their data at once (which Redlock without persistence cannot survive).
+//
+// Start times alone cannot tell a new deployment from one node restarted a second or two
+// after it: INFO's uptime comes in whole seconds, so nodes started at 0 and a node
+// restarted at 1.9 s all look started "now" to a client meeting them at 2 s, and the
+// restarted node may have lost a lock held on a bare majority that included it (the
+// simulation found this: two holders). So a fresh start also needs the markers: a
+// client's hellos to a node create the node's marker, if it has none, with the client's
+// first mark (Client.firstMark) until the client has read the node's marker once, with
+// a random one after; and a marker records the run_id of the process that made it. x
+// votes as part of a fresh start only if a quorum Q of nodes, x among them, started
+// together, are young, and carry markers made by their current processes with x's mark,
+// made within markedTogether of each other.
+//
+// Suppose a lock L, still trusted by its holder B, was granted at g on a majority M with
+// x in it, and x lost it at t > g. x's marker was made at c_x > t: a loss takes the
+// marker, a process restored from disk or a replica brings one of another run_id, which
+// is no mark (markOf), and an eviction that spares it is seen on first sight by the
+// eviction count (observe). It carries client C's first mark, so C had not yet read any
+// marker of x when it sent that hello. Every node o of Q had no marker at c_o, when C's
+// hello made its marker, and has kept its data since. Now every connection's hello makes
+// a marker before the connection carries a lock, and every health check keeps it alive:
+//   - o in M with c_o > g held L, with a marker, at g and had none at c_o: o lost L;
+//   - o in M with c_o < g may still hold L, but then c_o < g < t < c_x within
+//     markedTogether: within a second of C's first contact, B took L, x lost its data and
+//     a hello of C still unanswered marked x anew (the gap docs/safety.md states);
+//   - o not in M had no marker at c_o although B's hellos mark every node B reaches: o
+//     lost its data too, or B never reached it since it started (the other gap, narrowed
+//     by the start times: o started together with x).
+// Outside the gaps, L lives only on M minus Q, and every node of Q lost its data within
+// a few seconds (started together, all young): a majority lost its data at once, the
+// assumption above. Tests: TestFreshStartNeedsOneMark, TestQuarantineOf,
+// TestNodeRestartedAfterAFreshStartIsHeldBack, TestRestoredMarkerIsNoFreshStart,
+// TestSecondClientOfAFreshStartVotesAtOnce (a fresh start still votes at once); the
+// simulation's late-client restart fault.
+
 // startedTogether is how close the start times of nodes must be for them to count as
 // one fresh start: INFO uptime is in whole seconds, so each start time is known to
 // within a second or two.
 const startedTogether = 3 * time.Second
+
+// markedTogether is how close the makings of the markers of a fresh start must be (by
+// the reading client's clock, from each marker's age: to within a round trip and drift):
+// one client's first contact marks every node within about a round trip (a second leaves
+// room for a loaded machine, where a client's first hellos go out hundreds of ms apart),
+// and a hello held up by a partition that lands later is no first contact (Fresh start).
+const markedTogether = time.Second
 
 // maxBound caps Options.MaxTTL, and the bound a client takes from the nodes: a reading
 // above it is not a ttl anyone uses but a foreign or corrupt value (announceScript
@@ -88,6 +136,13 @@ type nodeFacts struct {
 	// startedAt is the latest instant the node's current data may have begun (its INFO
 	// uptime, the age of its marker: dataloss.go), zero while unknown.
 	startedAt time.Time
+	// mark is the mark of the node's data marker (the first part of its value: a
+	// client's first mark or a random one, node.hello), "" when no marker is known or it
+	// was not made by the node's current process (its run_id is not INFO's: a marker
+	// loaded from disk or a replica, or written by an older client). freshStartOf.
+	mark string
+	// markedAt is when the node's marker was made, by this client's clock, zero if unknown.
+	markedAt time.Time
 }
 
 // quarantineOf is the voting rule: until when node f may not vote, and why (zero and ""
@@ -135,21 +190,27 @@ func youngUntilOf(f nodeFacts, q time.Duration, now time.Time) time.Time {
 }
 
 // freshStartOf reports whether node f started together with a quorum of nodes that are
-// still young themselves (f included when among them, as far as this client has seen them).
-// It reads only the facts' start times.
+// still young themselves (f included when among them, as far as this client has seen
+// them), and their markers, made by their current processes, share f's mark: one client
+// found all of them unmarked on its first hello (Fresh start, above).
 func freshStartOf(f nodeFacts, nodes []nodeFacts, quorum int, q time.Duration, now time.Time) bool {
 	s := f.startedAt
-	if s.IsZero() {
+	if s.IsZero() || f.mark == "" || f.markedAt.IsZero() {
 		return false
 	}
 	together := 0
 	for _, o := range nodes {
-		if !o.startedAt.IsZero() && time.Duration(abs(o.startedAt.Sub(s).Nanoseconds())) <= startedTogether &&
-			!youngUntilOf(o, q, now).IsZero() {
+		if !o.startedAt.IsZero() && within(o.startedAt, s, startedTogether) && !youngUntilOf(o, q, now).IsZero() &&
+			o.mark == f.mark && !o.markedAt.IsZero() && within(o.markedAt, f.markedAt, markedTogether) {
 			together++
 		}
 	}
 	return together >= quorum
+}
+
+// within reports whether a and b are at most d apart.
+func within(a, b time.Time, d time.Duration) bool {
+	return time.Duration(abs(a.Sub(b).Nanoseconds())) <= d
 }
 
 // facts gathers what the voting rule needs of the node.
@@ -157,13 +218,16 @@ func (n *node) facts() nodeFacts {
 	n.mu.Lock()
 	f := n.factsLocked()
 	n.mu.Unlock()
-	f.startedAt = n.startedAtTime()
+	if s := n.startedAt.Load(); s != 0 {
+		f.startedAt = time.Unix(0, s)
+	}
 	return f
 }
 
 // factsLocked is what facts reads under n.mu (not startedAt: an atomic).
 func (n *node) factsLocked() nodeFacts {
-	return nodeFacts{lossSeen: n.lossSeen, lossCause: n.lossCause, markerDue: n.markerDue}
+	return nodeFacts{lossSeen: n.lossSeen, lossCause: n.lossCause, markerDue: n.markerDue,
+		mark: markOf(n.marker, n.runID), markedAt: n.markedAt}
 }
 
 // allFacts gathers the facts of every node of the client.
@@ -204,30 +268,8 @@ func (n *node) quarantinedUntil(now time.Time) time.Time {
 
 // freshStart reports whether young node n started together with a majority of the nodes
 // that are still young themselves (n included, as far as this client has seen them).
-// freshStartOf reads only start times, so only those are gathered: no node's mutex is
-// taken, and for up to startFactsBuf nodes nothing is allocated (every acquire reply
-// from a young node is judged here, several times per round).
 func (c *Client) freshStart(n *node) bool {
-	var buf [startFactsBuf]nodeFacts
-	nodes := buf[:0]
-	if len(c.nodes) > len(buf) {
-		nodes = make([]nodeFacts, 0, len(c.nodes))
-	}
-	for _, o := range c.nodes {
-		nodes = append(nodes, nodeFacts{startedAt: o.startedAtTime()})
-	}
-	return freshStartOf(nodeFacts{startedAt: n.startedAtTime()}, nodes, c.quorum, c.quarantine(), time.Now())
-}
-
-// startFactsBuf is how many nodes freshStart gathers on the stack.
-const startFactsBuf = 16
-
-// startedAtTime is the node's startedAt as a time, zero while unknown.
-func (n *node) startedAtTime() time.Time {
-	if s := n.startedAt.Load(); s != 0 {
-		return time.Unix(0, s)
-	}
-	return time.Time{}
+	return freshStartOf(n.facts(), c.allFacts(), c.quorum, c.quarantine(), time.Now())
 }
 
 // votes reports whether an acquire reply is a vote: a grant, unless it came from a node

@@ -2,12 +2,36 @@ package caddyredlock
 
 import (
 	"fmt"
+	"net/http"
 	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/caddy-redlock/caddy-redlock/internal/redistest"
 )
+
+// go-redis's own messages (a failed dial to a node that is down) land in Caddy's log,
+// as structured lines of the "redis" logger, instead of bare text on stderr.
+func TestGoRedisLogsGoThroughCaddy(t *testing.T) {
+	servers := redistest.StartN(t, 3)
+	if err := servers[0].Kill(); err != nil {
+		t.Fatal(err)
+	}
+	up := newUpstream(t, 0, nil)
+	s := startCaddy(t, "", `
+	redlock {
+		`+redisLine(servers)+`
+		prefix redislog:
+	}
+	`+proxyTo(up))
+	c := &http.Client{Timeout: 10 * time.Second}
+	if code, _, _ := get(t, c, "POST", s.url+"/a", nil); code != http.StatusOK {
+		t.Fatalf("status %d with 2 of 3 nodes up, want 200", code)
+	}
+	if !eventually(5*time.Second, func() bool { return s.logContains(`"logger":"redis"`, "failed to dial") }) {
+		t.Fatal(`no "redis" logger line about the failed dial in Caddy's log`)
+	}
+}
 
 // The redlock package's own lines (here: a node restarted) are lines of the
 // "http.handlers.redlock" logger in Caddy's log, like the handler's, and they follow a
@@ -23,7 +47,7 @@ func TestRedlockPackageLinesCarryTheLoggerName(t *testing.T) {
 %s`, redisLine(servers), proxyTo(up))
 	s := startCaddy(t, "", body)
 	restarted := func(i int) []string {
-		return []string{`"logger":"` + redlockLoggerName + `"`, `"level":"warn"`, "may have lost its keys", `"cause":"restart"`,
+		return []string{`"logger":"` + moduleID + `"`, `"level":"warn"`, "may have lost its keys", `"cause":"restart"`,
 			`"node":"` + servers[i].Addr() + `"`, `"quarantined_until"`}
 	}
 	adm := newAdmClient(s)
