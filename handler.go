@@ -72,7 +72,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	}
 	start := time.Now()
 	span := startAcquireSpan(ctx, key, mode)
-	l, err := acquire(ctx, h.locker.shared.client, keys, h.s.acquireOptions(mode))
+	l, err := acquire(ctx, h.locker.shared.client, keys, h.s.acquireOptions(mode, h.readers != nil && h.readers.Load() > 0))
 	wait := time.Since(start)
 	repl.Set(phWaitMS, wait.Milliseconds())
 	if err != nil {

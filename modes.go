@@ -65,9 +65,12 @@ func (s *settings) modeFor(method string) string {
 	return modeExclusive
 }
 
-// acquireOptions are the redlock options of a request in mode.
-func (s *settings) acquireOptions(mode string) redlock.AcquireOptions {
-	o := redlock.AcquireOptions{Wait: s.waitFor(), TTL: s.lock.TTL, Fencing: s.fencing, Shared: mode == modeShared}
+// acquireOptions are the redlock options of a request in mode; readers says whether
+// some live handler takes keys shared where this one's live (a writer's release then
+// gives waiting readers their turn: namespace.go, readersOn).
+func (s *settings) acquireOptions(mode string, readers bool) redlock.AcquireOptions {
+	o := redlock.AcquireOptions{Wait: s.waitFor(), TTL: s.lock.TTL, Fencing: s.fencing, Shared: mode == modeShared,
+		NoReaders: !readers}
 	if mode == modeLimit {
 		o.Limit = s.limit
 	}

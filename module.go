@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net/textproto"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
@@ -131,6 +132,7 @@ type Handler struct {
 	locker  *lockerLease
 	logger  *zap.Logger
 	ns      namespace       // where the keys live (namespace.go)
+	readers *atomic.Int32   // live handlers taking keys shared where ns's keys live (readersOn)
 	cfgDone <-chan struct{} // identifies the config this handler belongs to
 }
 

@@ -4,6 +4,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/caddyserver/caddy/v2"
 	"go.uber.org/zap"
@@ -69,7 +70,30 @@ var liveHandlers = struct {
 func (h *Handler) goLive() {
 	liveHandlers.mu.Lock()
 	liveHandlers.m[h] = struct{}{}
+	h.readers = readersOn(h.ns)
+	if h.s.shared != nil {
+		h.readers.Add(1)
+	}
 	liveHandlers.mu.Unlock()
+}
+
+// readerCounts counts, per node set and prefix, the live handlers that take keys shared
+// (guarded by liveHandlers.mu; entries stay: one per place keys ever lived). A writer's
+// release looks for readers waiting for their turn only where some handler takes keys
+// shared (redlock.AcquireOptions.NoReaders): the read costs every node a little on every
+// release, and where nobody reads shared there is no turn to give. Key templates do not
+// count: two handlers with other templates may still render the same key.
+var readerCounts = map[string]*atomic.Int32{}
+
+// readersOn is the count of handlers taking keys shared where ns's keys live.
+func readersOn(ns namespace) *atomic.Int32 {
+	k := ns.nodes + "\x00" + ns.prefix
+	c := readerCounts[k]
+	if c == nil {
+		c = new(atomic.Int32)
+		readerCounts[k] = c
+	}
+	return c
 }
 
 // leave takes h off the live handlers and, on a config reload, warns if requests of h
@@ -77,6 +101,9 @@ func (h *Handler) goLive() {
 func (h *Handler) leave() {
 	liveHandlers.mu.Lock()
 	delete(liveHandlers.m, h)
+	if h.s.shared != nil {
+		h.readers.Add(-1)
+	}
 	var successors []namespace
 	var active <-chan struct{}
 	if ac := caddy.ActiveContext(); ac.Context != nil { // nil once Caddy stopped

@@ -57,3 +57,33 @@ func TestReloadChangingNamespaceWarns(t *testing.T) {
 		t.Fatal("no warning for a reload that changed the limit while a lock was held")
 	}
 }
+
+// A writer gives waiting readers their turn at release only where some live handler
+// takes keys shared: the count is per node set and prefix (key templates aside), and
+// follows handlers going live and leaving.
+func TestReadersOnCountsSharedHandlersWhereKeysLive(t *testing.T) {
+	nodes := "redis://test-readers-on-" + t.Name()
+	mk := func(prefix string, shared bool) *Handler {
+		h := &Handler{s: &settings{}, ns: namespace{nodes: nodes, prefix: prefix, keys: "{path.0}"}}
+		if shared {
+			h.s.shared = map[string]bool{"GET": true}
+		}
+		return h
+	}
+	reader, writer, elsewhere := mk("p:", true), mk("p:", false), mk("q:", false)
+	for _, h := range []*Handler{reader, writer, elsewhere} {
+		h.goLive()
+	}
+	if n := writer.readers.Load(); n != 1 {
+		t.Errorf("writer's node set and prefix: %d handlers take keys shared, want 1", n)
+	}
+	if n := elsewhere.readers.Load(); n != 0 {
+		t.Errorf("another prefix: %d handlers take keys shared, want 0", n)
+	}
+	reader.leave()
+	if n := writer.readers.Load(); n != 0 {
+		t.Errorf("after the reader left: %d, want 0", n)
+	}
+	writer.leave()
+	elsewhere.leave()
+}

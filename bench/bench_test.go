@@ -45,14 +45,21 @@ func TestOvertakeCounts(t *testing.T) {
 }
 
 func TestCmdCount(t *testing.T) {
-	// 2 requests on 5 nodes: the acquire script (SET, and GET of the data marker, inside)
-	// and the release script (GET, DEL, PUBLISH inside); reads: the pipelining depth.
-	c := newCmdCount(map[string]int64{"evalsha": 20, "get": 20, "set": 10, "del": 10, "publish": 10, readsKey: 4}, 2, redlockInner)
+	// 2 requests with fencing on 5 nodes: the acquire script (SET, and GET of the data
+	// marker, inside) and the release script (GET, DEL, PUBLISH inside); reads: the
+	// pipelining depth.
+	c := newCmdCount(map[string]int64{"evalsha": 20, "get": 20, "set": 10, "del": 10, "publish": 10, readsKey: 4}, 2, redlockFencingInner)
 	if c.TopLevel != 10 || c.Calls != 35 || c.Reads != 2 || c.depth() != "5.0" {
 		t.Fatalf("redlock: %+v", c)
 	}
 	if !strings.HasPrefix(c.short(), "evalsha 10.0, get 10.0, del 5.0") {
 		t.Fatalf("short = %q", c.short())
+	}
+	// Without fencing: a plain SET NX PX per node (a first try), the marker's GET behind
+	// the SETs of each pipeline (here 2 per node), the release script (GET, DEL, PUBLISH).
+	c = newCmdCount(map[string]int64{"evalsha": 10, "get": 14, "set": 10, "del": 10, "publish": 10, readsKey: 4}, 2, redlockInner)
+	if c.TopLevel != 10 {
+		t.Fatalf("redlock without fencing: %+v", c)
 	}
 	c = newCmdCount(map[string]int64{"evalsha": 5, "get": 5, "set": 5, "del": 5}, 1, redsyncInner)
 	if c.TopLevel != 10 {
@@ -172,5 +179,52 @@ func TestLockBudget(t *testing.T) {
 	}
 	if b, _ := lockBudget(row, plain, 0.55); b < 81.8 || b > 81.9 {
 		t.Fatalf("55%%: budget %v, want 81.8", b)
+	}
+}
+
+// Table 3b and issue 32's targets: Caddy's CPU against plain Caddy's of the same run,
+// the nodes' summed and per node, and what one set of nodes serves; the -compare build's
+// rows are shown but not checked.
+func TestCPUCosts(t *testing.T) {
+	r := &results{Overhead: []httpRow{
+		{Name: nameCaddyPlain, FrontCPU: 60},
+		{Name: nameCaddyRedlock + ", N=3", FrontCPU: 80, RedisCPU: 30},
+		{Name: nameCaddyRedlock + ", N=5", FrontCPU: 90, RedisCPU: 50},
+		{Name: nameCaddyRedlock + ", N=5, fencing", FrontCPU: 120, RedisCPU: 100},
+		{Name: nameCompare + nameCaddyRedlock + ", N=5", FrontCPU: 150, RedisCPU: 200},
+	}}
+	cs := r.cpuCosts()
+	if len(cs) != 4 {
+		t.Fatalf("%d rows: %+v", len(cs), cs)
+	}
+	if c := cs[1]; c.Nodes != 5 || c.Ratio != 1.5 || c.PerNode != 10 || c.NodesLimit != 100_000 {
+		t.Fatalf("N=5: %+v", c)
+	}
+	if c := cs[0]; c.Nodes != 3 || c.PerNode != 10 {
+		t.Fatalf("N=3: %+v", c)
+	}
+	r.checkTargets()
+	met := map[string]bool{}
+	for _, c := range r.Targets {
+		if strings.Contains(c.Target, "CPU") {
+			met[c.Target] = c.Met != nil && *c.Met
+		}
+	}
+	want := map[string]bool{
+		"N=5: Caddy CPU per locked request ≤ 1.5× plain Caddy's":          true,
+		"N=5: Redis CPU per lock ≤ 60 µs over 5 nodes":                    true,
+		"N=5, fencing: Caddy CPU per locked request ≤ 1.5× plain Caddy's": false,
+		"N=5, fencing: Redis CPU per lock ≤ 60 µs over 5 nodes":           false,
+	}
+	if len(met) != len(want) {
+		t.Fatalf("CPU targets %v, want %v", met, want)
+	}
+	for k, v := range want {
+		if m, ok := met[k]; !ok || m != v {
+			t.Fatalf("%q: met %v (present %v), want %v; all: %v", k, m, ok, v, met)
+		}
+	}
+	if tb := r.cpuCostTable(); len(tb.rows) != 4 {
+		t.Fatalf("table 3b has %d rows", len(tb.rows))
 	}
 }

@@ -21,12 +21,17 @@ type cmdCount struct {
 	Reads float64 `json:"redis_reads_per_request"`
 }
 
-// Commands that run only inside the Lua scripts of each client (so not over the network).
-// Every redlock command is a script call (each try is the acquire script, which reads the
-// node's data marker with its grant: no plain SET NX PX is sent).
+// Commands counted as run inside the Lua scripts of each client (so not over the
+// network). redlock sends a first try without fencing as a plain SET NX PX, with a GET of
+// the node's data marker behind the SETs of each pipeline, and runs every other try in
+// the acquire script: SET counts as sent (which errs high where later tries run the
+// script: the hot key), GET as in-script (which errs low by one GET per pipeline; "cmds
+// per Redis read" shows the pipelines). With fencing every try is the script, which also
+// writes the counter with a SET: there SET counts as in-script.
 var (
-	redlockInner = map[string]bool{"get": true, "set": true, "del": true, "publish": true, "pexpire": true, "pttl": true, "time": true}
-	redsyncInner = map[string]bool{"get": true, "del": true, "pexpire": true}
+	redlockInner        = map[string]bool{"get": true, "del": true, "publish": true, "pexpire": true, "pttl": true, "time": true}
+	redlockFencingInner = map[string]bool{"get": true, "set": true, "del": true, "publish": true, "pexpire": true, "pttl": true, "time": true}
+	redsyncInner        = map[string]bool{"get": true, "del": true, "pexpire": true}
 )
 
 func newCmdCount(delta map[string]int64, requests int, inner map[string]bool) cmdCount {

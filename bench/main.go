@@ -139,6 +139,7 @@ func run(f flags, cfg config) int {
 		res.Violations += h.Violations
 	}
 	res.Notes = notes
+	res.CPUCost = res.cpuCosts()
 	res.checkTargets()
 	res.Seconds = time.Since(res.Started).Seconds()
 	res.printText(os.Stdout)

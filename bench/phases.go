@@ -81,7 +81,7 @@ func runHTTP(res *results, f flags, cfg config, dir, caddyBin string, up *upstre
 					locked: true, n: n, inner: redlockInner, baseline: base, targets: []*httpTarget{target(a, fmt.Sprintf("n%d", n))}})
 			}
 			overhead = append(overhead, httpVariant{name: nameCaddyRedlock + ", N=5, fencing", kind: "caddy",
-				locked: true, n: 5, inner: redlockInner, baseline: base, targets: []*httpTarget{target(a, "n5fence")}})
+				locked: true, n: 5, inner: redlockFencingInner, baseline: base, targets: []*httpTarget{target(a, "n5fence")}})
 			hot = append(hot, httpVariant{name: nameCaddyRedlock + ", N=5", kind: "caddy", locked: true, n: 5, inner: redlockInner,
 				targets: []*httpTarget{target(a, "n5"), target(b, "n5")}},
 				// One instance: the local queue's handoff alone, without cross-instance contention.
@@ -100,7 +100,7 @@ func runHTTP(res *results, f flags, cfg config, dir, caddyBin string, up *upstre
 					overhead = append(overhead, httpVariant{name: nameCompare + nameCaddyRedlock + ", N=5", kind: "caddy",
 						locked: true, n: 5, inner: redlockInner, baseline: base, targets: []*httpTarget{target(ca, "n5")}},
 						httpVariant{name: nameCompare + nameCaddyRedlock + ", N=5, fencing", kind: "caddy",
-							locked: true, n: 5, inner: redlockInner, baseline: base, targets: []*httpTarget{target(ca, "n5fence")}})
+							locked: true, n: 5, inner: redlockFencingInner, baseline: base, targets: []*httpTarget{target(ca, "n5fence")}})
 					hot = append(hot, httpVariant{name: nameCompare + nameCaddyRedlock + ", N=5", kind: "caddy", locked: true, n: 5,
 						inner: redlockInner, targets: []*httpTarget{target(ca, "n5"), target(cb, "n5")}},
 						httpVariant{name: nameCompare + nameCaddyRedlock + ", N=5, 1 instance", kind: "caddy", locked: true, n: 5,

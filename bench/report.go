@@ -33,6 +33,9 @@ func (r *results) tables() []*table {
 		}
 		ts = append(ts, t)
 	}
+	if t := r.cpuCostTable(); len(t.rows) > 0 {
+		ts = append(ts, t)
+	}
 	if len(r.Hot) > 0 {
 		t := &table{title: fmt.Sprintf("4. Hot key: one key, upstream holds %v, %d clients over 2 instances, N=5",
 			r.Settings.Hold, r.Settings.HotClients),
@@ -109,7 +112,7 @@ func (r *results) tables() []*table {
 		ts = append(ts, t)
 	}
 	if len(r.Targets) > 0 {
-		t := &table{title: "Targets of issues 6, 13 and 16", head: []string{"target", "this run", "met"}, left: true}
+		t := &table{title: "Targets of issues 6, 13, 16 and 32", head: []string{"target", "this run", "met"}, left: true}
 		for _, c := range r.Targets {
 			m := "not measured"
 			if c.Met != nil {

@@ -17,6 +17,7 @@ type results struct {
 	Floor       []latRow      `json:"floor"`
 	Lock        []latRow      `json:"lock_cost"`
 	Overhead    []httpRow     `json:"through_proxy_unique_keys"`
+	CPUCost     []cpuCost     `json:"cpu_per_locked_request,omitempty"`
 	Hot         []hotRow      `json:"hot_key"`
 	HotLib      []hotLibRow   `json:"hot_key_library"`
 	FaultyHot   []faultyRow   `json:"hot_key_faulty_node"`

@@ -35,6 +35,9 @@ func (c *Client) acquire(ctx context.Context, key string, o AcquireOptions, seve
 	k := &contention{c: c, ctx: ctx, waitCtx: waitCtx, key: key, ttl: ttl, fencing: o.Fencing, start: start,
 		mode: modeOf(o, several), slots: []names{c.names(key)}}
 	k.slots[0].shared = o.Shared
+	if o.NoReaders && !o.Shared {
+		k.slots[0].turn = "" // its release gives no readers' turn
+	}
 	if o.Limit > 1 {
 		k.slots = c.slotNames(key, o.Limit)
 	}
@@ -469,25 +472,46 @@ func (c *Client) tryOnce(ctx context.Context, nm names, a try) attemptResult {
 // sendRound sends one acquire to every node that may vote, at once.
 func (c *Client) sendRound(ctx context.Context, nm names, a try, start time.Time) *round {
 	rd := newRound(c)
+	rd.sent = time.Now()
 	value := a.value()
-	// The node's data marker comes back with every grant (the key before the last, the
-	// node's bound being the last: fencingLua reads it for counter expiries): a grant from a
-	// node that lost its data since this client last read the marker is no vote
-	// (acquireReply, dataloss.go).
-	script, keys := acquireScript, []string{nm.lock, nm.counter, nm.writer, c.markerKey(), c.boundKey()}
-	if nm.shared {
-		script, keys = readAcquireScript, []string{nm.lock, nm.counter, nm.writer, nm.readers, nm.turn, c.markerKey(), c.boundKey()}
+	// The first try of a writer without fencing that may wait goes as a plain SET NX PX,
+	// with the data marker's GET behind it on the same connection (dataloss.go, "Data loss
+	// without a restart"): it needs none of the script's other work, and Redis runs the
+	// two at a fraction of the script's cost. Every other try runs the acquire script,
+	// which returns the marker with every grant itself (the key before the last, the
+	// node's bound being the last: fencingLua reads it for counter expiries): later tries
+	// (taking over an earlier attempt's value, clearing the writer's mark), fencing,
+	// readers, nodes that may evict (their eviction count), and a last try (a caller that
+	// will not wait wants the holder's PTTL for its BusyError: a refused plain SET has
+	// none). Either way a grant from a node that lost its data since this client last
+	// read the marker is no vote (acquireReply, dataloss.go).
+	plain := a.n == 1 && !a.fencing && !nm.shared && a.mark > 0
+	var plainCmd *transport.Command
+	if plain {
+		plainCmd = transport.NewCommand(nil, nil, "set", nm.lock, value, "nx", "px", a.ttl.Milliseconds()).Then(c.markerGet)
 	}
-	argv := []any{value, a.ttl.Milliseconds(), a.owner, boolArg(a.fencing), c.counterTTL().Milliseconds(), a.n,
-		a.mark.Milliseconds(), "0", a.turnAsk.Milliseconds()}
-	if a.fencing {
-		argv = append(argv, c.proposeToken(start), c.tokenLead().Microseconds(), c.handoffReserve(nm))
+	// The script's command, made once a node needs it; nodes that may evict also report
+	// their eviction count with a grant (evictionsLua): ARGV[8] "1".
+	var cmds [2]*transport.Command
+	scriptCmd := func(evict bool) *transport.Command {
+		i := 0
+		if evict {
+			i = 1
+		}
+		if cmds[i] == nil {
+			script, keys := acquireScript, []string{nm.lock, nm.counter, nm.writer, c.markerKey(), c.boundKey()}
+			if nm.shared {
+				script, keys = readAcquireScript, []string{nm.lock, nm.counter, nm.writer, nm.readers, nm.turn, c.markerKey(), c.boundKey()}
+			}
+			argv := []any{value, a.ttl.Milliseconds(), a.owner, boolArg(a.fencing), c.counterTTL().Milliseconds(), a.n,
+				a.mark.Milliseconds(), boolArg(evict), a.turnAsk.Milliseconds()}
+			if a.fencing {
+				argv = append(argv, c.proposeToken(start), c.tokenLead().Microseconds(), c.handoffReserve(nm))
+			}
+			cmds[i] = transport.NewCommand(script, keys, argv...)
+		}
+		return cmds[i]
 	}
-	parse := scriptReply
-	cmd := transport.NewCommand(script, keys, argv...)
-	// Nodes that may evict also report their eviction count with a grant (evictionsLua):
-	// the same command but for ARGV[8], made only when such a node is asked.
-	var evCmd *transport.Command
 	for i, nd := range c.nodes {
 		// A node that restarted under our eyes gets nothing until its quarantine ends. A
 		// young one still gets the SET: whether its vote counts is decided with the
@@ -496,24 +520,16 @@ func (c *Client) sendRound(ctx context.Context, nm names, a try, start time.Time
 			rd.add(nodeReply{idx: i, err: quarantinedErr{nd.quarantinedUntil(start)}})
 			continue
 		}
-		ncmd, evict := cmd, nd.canEvict.Load()
-		if evict {
-			if evCmd == nil {
-				evArgv := append([]any(nil), argv...)
-				evArgv[7] = "1"
-				evCmd = transport.NewCommand(script, keys, evArgv...)
-			}
-			ncmd = evCmd
+		evict := nd.canEvict.Load()
+		cmd, kind := plainCmd, sentPlain
+		switch {
+		case evict:
+			cmd, kind = scriptCmd(true), sentEvict
+		case !plain:
+			cmd, kind = scriptCmd(false), sentScript
 		}
-		t0 := time.Now()
-		nd.tr.Call(ctx, ncmd, func(r transport.Reply) {
-			rep := parse(r)
-			nd.record("acquire", time.Since(t0), rep.err)
-			if evict && rep.ok && rep.evicted < 0 {
-				nd.warnNoEvictions()
-			}
-			rd.add(acquireReply(i, nd, rep))
-		})
+		rd.kinds[i] = kind
+		nd.tr.Send(ctx, cmd, rd, i)
 	}
 	return rd
 }
@@ -637,6 +653,34 @@ func scriptReply(reply transport.Reply) nodeReply {
 		rep.busy, rep.pttl = true, time.Duration(ints[1])*time.Millisecond
 	default:
 		rep.err = fmt.Errorf("unexpected acquire reply %v", r)
+	}
+	return rep
+}
+
+// plainReply reads a plain first try's answer (sendRound): the SET's OK is a grant,
+// carrying the marker as its GET read it behind the SET ("" when the node has none); the
+// nil reply is busy (its PTTL unknown: 0). A grant whose marker could not be read is no
+// vote: an error, and as it is not a definitive busy the round's give-back still goes
+// to that node.
+func plainReply(reply transport.Reply) nodeReply {
+	rep := nodeReply{evicted: -1}
+	switch s, err := reply.Text(); {
+	case reply.IsNil():
+		rep.busy = true
+	case err != nil:
+		rep.err = err
+	case s != "OK":
+		rep.err = fmt.Errorf("unexpected SET reply %q", s)
+	default:
+		m := reply.Then()
+		switch ms, err := m.Text(); {
+		case m.IsNil():
+			rep.ok = true
+		case err != nil:
+			rep.err = fmt.Errorf("data marker read behind the SET: %w", err)
+		default:
+			rep.ok, rep.marker = true, ms
+		}
 	}
 	return rep
 }

@@ -35,7 +35,7 @@ func TestLateEarlierAttemptCannotTakeOverLaterOne(t *testing.T) {
 		t.Fatalf("late attempt 19 took over attempt 20's key: %v", r)
 	}
 	// Round 19's cleanup: compare-and-delete with its own value.
-	if n, err := releaseScript.Run(ctx, tn, []string{"k"}, owner+"19", "chan", "id").Int64(); err != nil || n != 0 {
+	if n, err := releaseScript.Run(ctx, tn, []string{"k"}, owner+"19", "id").Int64(); err != nil || n != 0 {
 		t.Fatalf("release of attempt 19: %d %v", n, err)
 	}
 	if v, _ := rc.Get(ctx, "k").Result(); v != owner+"20" {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"fmt"
+	"os"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -18,8 +19,8 @@ import (
 // Many concurrent acquire+release pairs on unique keys, N=5: what a busy proxy does. The
 // CPU figures are what limits throughput on a small box: this process's CPU per lock and
 // the 5 redis-servers' CPU per lock. Pipelining on and off run side by side; the wait rows
-// are what the proxy does (a wait ahead: the first try is a plain SET NX PX), with and
-// without fencing.
+// are what the proxy does (a wait ahead: the first try is a plain SET NX PX; no handler
+// takes keys shared: NoReaders), with and without fencing.
 func BenchmarkConcurrentUniqueKeys(b *testing.B) {
 	servers := redistest.StartN(b, 5)
 	for _, v := range []struct {
@@ -43,11 +44,11 @@ func BenchmarkConcurrentUniqueKeys(b *testing.B) {
 			var seq atomic.Int64
 			prefix := "cu-" + rand.Text()[:8] + "-" // b.Run calls this body several times
 			b.SetParallelism(8)                     // 16 goroutines on 2 cores, like the proxy benchmark's clients
-			cpu0, redis0 := processCPU(), redisCPU(b, servers)
+			cpu0, redis0, sys0 := processCPU(), redisCPU(b, servers), processSyscalls()
 			b.ResetTimer()
 			b.RunParallel(func(pb *testing.PB) {
 				for pb.Next() {
-					l, err := c.Acquire(ctx, prefix+strconv.FormatInt(seq.Add(1), 10), AcquireOptions{Wait: v.wait, Fencing: v.fencing})
+					l, err := c.Acquire(ctx, prefix+strconv.FormatInt(seq.Add(1), 10), AcquireOptions{Wait: v.wait, Fencing: v.fencing, NoReaders: v.wait > 0})
 					if err != nil {
 						b.Error(err)
 						return
@@ -62,6 +63,7 @@ func BenchmarkConcurrentUniqueKeys(b *testing.B) {
 			n := float64(b.N)
 			b.ReportMetric(float64((processCPU()-cpu0).Microseconds())/n, "client-cpu-µs/op")
 			b.ReportMetric(float64((redisCPU(b, servers)-redis0).Microseconds())/n, "redis-cpu-µs/op")
+			b.ReportMetric(float64(processSyscalls()-sys0)/n, "syscalls/op")
 			if !c.opt.DisablePipelining {
 				var batches, sent int64
 				for _, nd := range c.nodes {
@@ -82,6 +84,27 @@ func processCPU() time.Duration {
 		return 0
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// processSyscalls is how many read and write system calls this process made so far
+// (/proc/self/io: syscr + syscw; reads include a connection's health peek, writes each
+// pipeline's flush); 0 where that file is missing. Unlike CPU time, it does not move
+// with the box's load.
+func processSyscalls() int64 {
+	b, err := os.ReadFile("/proc/self/io")
+	if err != nil {
+		return 0
+	}
+	var n int64
+	for _, line := range strings.Split(string(b), "\n") {
+		for _, f := range []string{"syscr: ", "syscw: "} {
+			if v, ok := strings.CutPrefix(line, f); ok {
+				x, _ := strconv.ParseInt(v, 10, 64)
+				n += x
+			}
+		}
+	}
+	return n
 }
 
 // redisCPU is the CPU time all servers used so far (INFO cpu, main thread and children).

@@ -25,6 +25,9 @@ type Client struct {
 	opt       Options
 	marker    string // the data marker's name (dataloss.go): every acquire round sends it
 	boundK    string // where the nodes keep the bound (boundKey): every acquire round sends it too
+	// markerGet reads the data marker behind the plain SETs of a first try, once per
+	// pipeline (sendRound, Command.Then): one command shared by every round.
+	markerGet *transport.Command
 	nodes     []*node
 	links     []*transport.Node // nodes[i].tr, for transport.OnAll
 	quorum    int
@@ -72,6 +75,7 @@ func New(urls []string, opt Options) (*Client, error) {
 	}
 	c := &Client{id: rand.Text(), firstMark: rand.Text(), opt: opt, quorum: len(urls)/2 + 1, held: map[string][]*Lock{},
 		marker: opt.Prefix + markerName, boundK: opt.Prefix + boundName}
+	c.markerGet = transport.NewCommand(nil, nil, "get", c.marker)
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	seen := map[string]bool{}
 	for _, u := range urls {

@@ -47,6 +47,25 @@ import (
 // after the loss is therefore never counted by a client that read x's marker before it:
 // a node flushed a moment ago cannot lend its vote to a new holder of a key it forgot.
 //
+// The first try of a writer that may wait, without fencing, to a node that cannot evict
+// is not the script but a plain SET NX PX with the marker's GET behind it, on the same
+// connection and in the same pipeline; one GET serves every such SET of the pipeline
+// (sendRound, transport's Command.Then). Claim: such a grant proves what a script's
+// grant proves, that x had lost nothing since B's last reading of its marker when it
+// granted the SET. A node is one server (proxies that spread one connection's commands
+// over several servers are no node, as a Cluster is none), and a server runs the
+// commands of one connection one at a time, in the order they were sent: the GET ran
+// after the SET (TestThenRunsBehindItsCallsOncePerPipeline). A loss before the SET took
+// the marker (a loss that spares it is an eviction, and a node that may evict gets the
+// script, with its eviction count), so the later GET reads it gone or re-created: no
+// vote, as with the script. A loss between the SET and the GET is seen the same way (no
+// vote for a grant that was good: liveness lost, once). A health check of B between the
+// two that reads the re-created marker has B see the loss itself, and grantHolds judges
+// the grant against the hold-back of a loss seen and the marker in one step, in either
+// order the replies come: no vote. A restart closes the connection, so the GET cannot
+// run on the restarted server: the call fails, no vote. A loss after the GET is a loss
+// after the grant, as with the script. TestFlushWindowTwoHolders runs both ways.
+//
 // Having seen the loss in a grant, B forgets x's marker (the next reading is a first
 // sight, dated by its age) and has none to check x's grants against until it reads the
 // marker again. So x does not vote until then, even past the quarantine (markerDue,

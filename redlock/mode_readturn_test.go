@@ -66,7 +66,7 @@ func TestReadersTurnScripts(t *testing.T) {
 	if r := write("W2:", 2); r[0] != 0 {
 		t.Fatalf("second writer granted under the first: %v", r)
 	}
-	if n, err := releaseScript.Run(ctx, tn, []string{"k", keys[4]}, "W1:1", "chan", "id", turn).Int64(); err != nil || n != 1 {
+	if n, err := releaseScript.Run(ctx, tn, []string{"k", keys[4]}, "W1:1", "id", turn).Int64(); err != nil || n != 1 {
 		t.Fatalf("release: %d %v", n, err)
 	}
 	if get("k") != sharedMarker || get(keys[4]) != "t" {
@@ -101,7 +101,7 @@ func TestReadersTurnScripts(t *testing.T) {
 	}
 	// A release with no readers waiting (R2's mark stands again: it was refused after the
 	// turn) gives them a turn; one with no mark does not.
-	if n, err := releaseScript.Run(ctx, tn, []string{"k", keys[4]}, "W2:5", "chan", "id", turn).Int64(); err != nil || n != 1 {
+	if n, err := releaseScript.Run(ctx, tn, []string{"k", keys[4]}, "W2:5", "id", turn).Int64(); err != nil || n != 1 {
 		t.Fatalf("release: %d %v", n, err)
 	}
 	if get(keys[4]) != "t" {
@@ -111,7 +111,7 @@ func TestReadersTurnScripts(t *testing.T) {
 	if r := write("W3:", 1); r[0] != 1 {
 		t.Fatalf("writer on a free key: %v", r)
 	}
-	if n, err := releaseScript.Run(ctx, tn, []string{"k", keys[4]}, "W3:1", "chan", "id", turn).Int64(); err != nil || n != 1 {
+	if n, err := releaseScript.Run(ctx, tn, []string{"k", keys[4]}, "W3:1", "id", turn).Int64(); err != nil || n != 1 {
 		t.Fatalf("release: %d %v", n, err)
 	}
 	if v, err := rc.Exists(ctx, "k").Result(); err != nil || v != 0 {
@@ -153,7 +153,7 @@ func TestReadersTurnAsked(t *testing.T) {
 		if tc.mark != "" {
 			rc.Set(ctx, keys[4], tc.mark, time.Minute)
 		}
-		if n, err := releaseScript.Run(ctx, tn, []string{"k", keys[4]}, "W:1", "chan", "id", own, longest).Int64(); err != nil || n < 1 {
+		if n, err := releaseScript.Run(ctx, tn, []string{"k", keys[4]}, "W:1", "id", own, longest).Int64(); err != nil || n < 1 {
 			t.Fatalf("release: %d %v", n, err)
 		}
 		pttl, err := rc.PTTL(ctx, keys[4]).Result()

@@ -3,6 +3,7 @@ package redlock
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -57,27 +58,22 @@ func (c *Client) releaseOnNodes(ctx context.Context, nm names, value string, ski
 		cmd = transport.NewCommand(readReleaseScript, []string{nm.lock, nm.counter, nm.writer, nm.readers}, value, nm.channel, c.id)
 	case nm.turn != "":
 		// Readers that waited for this writer get their turn (scripts.go, readgroup.go).
-		cmd = transport.NewCommand(releaseScript, []string{nm.lock, nm.turn}, value, nm.channel, c.id, c.readersTurn().Milliseconds(),
+		cmd = transport.NewCommand(releaseScript, []string{nm.lock, nm.turn}, value, c.id, c.readersTurn().Milliseconds(),
 			c.readersTurnMax().Milliseconds())
+	case !strings.HasPrefix(nm.channel, nm.lock) || nm.channel[len(nm.lock):] != channelSuffix:
+		// A place of a limited key: its waiters listen on the key's channel.
+		cmd = transport.NewCommand(releaseScript, []string{nm.lock}, value, c.id, nm.channel)
 	default:
-		cmd = transport.NewCommand(releaseScript, []string{nm.lock}, value, nm.channel, c.id)
+		// No readers' turn to give (AcquireOptions.NoReaders).
+		cmd = transport.NewCommand(releaseScript, []string{nm.lock}, value, c.id)
 	}
-	t := &releaseTally{left: sent, quorum: c.quorum, own: own, done: make(chan struct{})}
+	t := &releaseTally{c: c, sent: time.Now(), left: sent, quorum: c.quorum, own: own, done: make(chan struct{})}
 	c.pending.add(sent)
 	for i, nd := range c.nodes {
 		if skip != nil && skip[i] {
 			continue
 		}
-		t0 := time.Now()
-		nd.tr.Call(ctx, cmd, func(reply transport.Reply) {
-			defer c.pending.done()
-			r, err := reply.Int64()
-			nd.record("release", time.Since(t0), err)
-			if err != nil {
-				err = fmt.Errorf("%s: %w", nd.addr, err)
-			}
-			t.add(r, err)
-		})
+		nd.tr.Send(ctx, cmd, t, i)
 	}
 	<-t.done
 	t.mu.Lock()
@@ -88,6 +84,8 @@ func (c *Client) releaseOnNodes(ctx context.Context, nm names, value string, ski
 // releaseTally collects a release's replies, under a mutex, and signals once, by the
 // last reply or the quorum's: one wake-up for the caller instead of one per node.
 type releaseTally struct {
+	c        *Client
+	sent     time.Time // when the calls went out
 	mu       sync.Mutex
 	left     int
 	quorum   int
@@ -97,6 +95,19 @@ type releaseTally struct {
 	errs     []error
 	signaled bool
 	done     chan struct{}
+}
+
+// Deliver takes node i's reply to the release (transport.Sink): on a batcher's goroutine,
+// never blocking.
+func (t *releaseTally) Deliver(i int, reply transport.Reply) {
+	defer t.c.pending.done()
+	nd := t.c.nodes[i]
+	r, err := reply.Int64()
+	nd.record("release", time.Since(t.sent), err)
+	if err != nil {
+		err = fmt.Errorf("%s: %w", nd.addr, err)
+	}
+	t.add(r, err)
 }
 
 // add counts one node's reply: r is 1 + the notice's receivers when it deleted our

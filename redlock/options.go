@@ -195,4 +195,11 @@ type AcquireOptions struct {
 	// distributed concurrency limit: Limit places, each an exclusive lock of its own);
 	// 0 or 1 is a mutex. At most MaxLimit; not with Shared.
 	Limit int
+	// NoReaders says that no client takes this key Shared, for an exclusive lock: its
+	// release then does not look for readers waiting for their turn, one read less on
+	// every node on every release (about a sixth of the nodes' work for a lock). Readers
+	// of a key whose writers set it still get the key, but only once those writers leave
+	// it free: their wait is then bounded by the writers' coming to an end. Exclusion is
+	// the same either way. Ignored with Shared.
+	NoReaders bool
 }

@@ -88,7 +88,13 @@ import (
 // grows by at most the longer turn. Also not covered: a local handoff between two writers
 // of one process does not go through Redis, so readers of another process may wait for
 // up to HandoffLimit such handoffs in a row (handoff.go: then the lock goes back through
-// Redis, whose release gives them their turn).
+// Redis, whose release gives them their turn). Nor the release of a writer taken with
+// AcquireOptions.NoReaders (a key its caller says nobody takes shared; the plugin sets it
+// where no handler takes keys shared on those nodes and prefix: the plugin's
+// namespace.go, readersOn): it does not look for the mark at all, so readers of such a key, if any
+// came after all, wait for the writers' coming to an end (TestNoReadersReleaseGivesNoTurn).
+// Exclusion does not rest on the turn: a writer still never holds the key while a reader
+// does.
 //
 // Other Redlock clients (redsync, node-redlock) see the marker as somebody's lock: their
 // exclusive locks exclude our readers and writers both ways. They cannot take the key

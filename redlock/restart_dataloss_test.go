@@ -76,20 +76,30 @@ func TestFlushedNodeDoesNotVote(t *testing.T) {
 // check reads node 1's marker (found by TestStressMixedModes in about one run in four
 // before the acquire script returned the marker). Node 1 grants the key again, but its
 // grant carries no marker: no vote, node 1 quarantined at once, and B does not get the key.
+// Both ways a grant reads the marker: the acquire script (a caller that will not wait: its
+// one try is a last try) and a plain first try's GET behind its SET (a caller that may
+// wait; its later tries run the script).
 func TestFlushWindowTwoHolders(t *testing.T) {
-	opt := fastOptions()
-	opt.HealthInterval = time.Second // the default: the window is one interval
-	fs := newFlushScenario(t, opt)
-	ctx := context.Background()
-	if l, err := fs.b.Acquire(ctx, "k", AcquireOptions{}); err == nil {
-		defer l.Release(ctx)
-		if fs.held.Info().Validity > 0 {
-			t.Fatalf("TWO HOLDERS: B took the key on the flushed node 1 and node 3 (validity %v) while A still trusts it (validity %v)",
-				l.Info().Validity, fs.held.Info().Validity)
-		}
-	}
-	if st := fs.b.Status().Nodes[0]; st.QuarantineCause != QuarantineDataLoss || st.Votes {
-		t.Fatalf("node 1 after B's grant without its marker: cause %q, votes %v; want data_loss, not voting", st.QuarantineCause, st.Votes)
+	for _, tc := range []struct {
+		name string
+		wait time.Duration
+	}{{"script", 0}, {"plain first try", 300 * time.Millisecond}} {
+		t.Run(tc.name, func(t *testing.T) {
+			opt := fastOptions()
+			opt.HealthInterval = time.Second // the default: the window is one interval
+			fs := newFlushScenario(t, opt)
+			ctx := context.Background()
+			if l, err := fs.b.Acquire(ctx, "k", AcquireOptions{Wait: tc.wait}); err == nil {
+				defer l.Release(ctx)
+				if fs.held.Info().Validity > 0 {
+					t.Fatalf("TWO HOLDERS: B took the key on the flushed node 1 and node 3 (validity %v) while A still trusts it (validity %v)",
+						l.Info().Validity, fs.held.Info().Validity)
+				}
+			}
+			if st := fs.b.Status().Nodes[0]; st.QuarantineCause != QuarantineDataLoss || st.Votes {
+				t.Fatalf("node 1 after B's grant without its marker: cause %q, votes %v; want data_loss, not voting", st.QuarantineCause, st.Votes)
+			}
+		})
 	}
 }
 

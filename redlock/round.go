@@ -2,6 +2,9 @@ package redlock
 
 import (
 	"sync"
+	"time"
+
+	"github.com/caddy-redlock/caddy-redlock/redlock/internal/transport"
 )
 
 // round collects the node replies of one acquire round as the batchers deliver them. The
@@ -10,6 +13,9 @@ import (
 // goroutine of its own: on the hot path of every request, each wake-up counts.
 type round struct {
 	c       *Client
+	sent    time.Time  // when the calls went out: each reply's round trip counts from here
+	kinds   []sentKind // what went to each node, for reading its reply (Deliver)
+	kindBuf [8]sentKind
 	mu      sync.Mutex
 	replies []nodeReply   // in arrival order
 	decided bool          // decide is closed
@@ -17,9 +23,41 @@ type round struct {
 	settled chan struct{} // closed once every node replied
 }
 
+// sentKind is what a round sent a node.
+type sentKind uint8
+
+const (
+	sentScript sentKind = iota // the acquire script (scriptReply)
+	sentPlain                  // a plain SET with the marker's GET behind it (plainReply)
+	sentEvict                  // the script, asked for the eviction count too
+)
+
 func newRound(c *Client) *round {
-	return &round{c: c, replies: make([]nodeReply, 0, len(c.nodes)),
+	r := &round{c: c, replies: make([]nodeReply, 0, len(c.nodes)),
 		decide: make(chan struct{}), settled: make(chan struct{})}
+	r.kinds = r.kindBuf[:0]
+	if len(c.nodes) > len(r.kindBuf) {
+		r.kinds = make([]sentKind, 0, len(c.nodes))
+	}
+	r.kinds = r.kinds[:len(c.nodes)]
+	return r
+}
+
+// Deliver takes node i's reply to the round's acquire (transport.Sink): on a batcher's
+// goroutine, never blocking.
+func (r *round) Deliver(i int, reply transport.Reply) {
+	nd, kind := r.c.nodes[i], r.kinds[i]
+	var rep nodeReply
+	if kind == sentPlain {
+		rep = plainReply(reply)
+	} else {
+		rep = scriptReply(reply)
+	}
+	nd.record("acquire", time.Since(r.sent), rep.err)
+	if kind == sentEvict && rep.ok && rep.evicted < 0 {
+		nd.warnNoEvictions()
+	}
+	r.add(acquireReply(i, nd, rep))
 }
 
 // add records one node's reply; it never blocks (it runs on a batcher's goroutine).

@@ -30,7 +30,10 @@ import "github.com/caddy-redlock/caddy-redlock/redlock/internal/transport"
 // then delete it, freeing the node under the holder. Busy returns {0, PTTL}. A free key
 // is taken with SET NX first (one call: the usual case); only a taken one is read. Every
 // grant also returns the node's data marker (markerLua, dataloss.go) and, from a node
-// that may evict, its eviction count (evictionsLua).
+// that may evict, its eviction count (evictionsLua). The first try of a writer that may
+// wait, without fencing, does without the script: a plain SET NX PX with the marker's GET
+// behind it (sendRound, dataloss.go); a busy answer then has no PTTL, and a writer refused by
+// readers leaves its mark from its second try (it retries at once, once subscribed).
 //
 // A key of another type under the lock's name (another client's lock, e.g. Redisson's
 // hash) makes GET fail with WRONGTYPE: pcall turns that into "held by someone else", as
@@ -154,6 +157,9 @@ const (
 	sharedMarker    = "\x00shared"
 	sharedMarkerLua = `\0shared`
 )
+
+// channelSuffixLua is channelSuffix as a Lua string literal (TestReleaseNoticeOnTheKeysChannel).
+const channelSuffixLua = `\0released`
 
 // readAcquireScript takes the key shared (a reader). KEYS[1] lock, KEYS[2] counter,
 // KEYS[3] writer-waiting mark, KEYS[4] the readers (a sorted set: value -> expiry, ms of
@@ -327,29 +333,38 @@ return set
 `)
 
 // releaseScript is compare-and-delete, then a notice to waiters.
-// KEYS[1] lock; ARGV[1] value, ARGV[2] release channel, ARGV[3] the releasing client's id
-// (the notice payload: a client ignores its own notices, whose waiters it hands the turn
-// to directly). Returns 0 if the key did not hold the value, else 1 + the number of
-// subscribers the notice reached (the releasing client's own subscription included).
-// Optionally KEYS[2] the readers' turn mark, ARGV[4] the turn's length and ARGV[5] the
-// longest turn the releasing client gives, ms: when readers marked themselves as waiting
-// (readAcquireScript), the lock name is left holding sharedMarker, with no reader entry,
-// for the turn, and the mark says it is the readers' turn: the readers woken by the
-// notice go in before any writer (readgroup.go, "Shared locks"). The turn is ARGV[4], or the
-// longest the waiting readers asked for (the mark's value) up to ARGV[5]. The marker
-// holds nothing: it lapses, or the readers' scripts give it their entries' expiry.
+// KEYS[1] lock; ARGV[1] value, ARGV[2] the releasing client's id (the notice payload: a
+// client ignores its own notices, whose waiters it hands the turn to directly). The
+// notice goes on the key's release channel: the lock's name and channelSuffix (names.go),
+// made here rather than sent (every argument costs the node a little on every call),
+// or, for a place of a limited key (whose waiters listen on the key's channel), ARGV[3].
+// Returns 0 if the key did not hold the value, else 1 + the number of subscribers the
+// notice reached (the releasing client's own subscription included).
+// Optionally (never for a place) KEYS[2] the readers' turn mark, ARGV[3] the turn's
+// length and ARGV[4] the longest turn the releasing client gives, ms: when readers marked
+// themselves as waiting (readAcquireScript), the lock name is left holding sharedMarker,
+// with no reader entry, for the turn, and the mark says it is the readers' turn: the
+// readers woken by the notice go in before any writer (readgroup.go, "Shared locks"). The turn
+// is ARGV[3], or the longest the waiting readers asked for (the mark's value) up to
+// ARGV[4]. The marker holds nothing: it lapses, or the readers' scripts give it their
+// entries' expiry. A lock taken with AcquireOptions.NoReaders does not look for the mark.
 var releaseScript = newScript(`
 if redis.pcall('GET', KEYS[1]) == ARGV[1] then
   redis.call('DEL', KEYS[1])
-  if #KEYS > 1 and tonumber(ARGV[4]) > 0 then
-    local asked = redis.pcall('GET', KEYS[2])
-    if type(asked) == 'string' and asked ~= 't' then
-      local turn = math.max(tonumber(ARGV[4]), math.min(tonumber(asked) or 0, tonumber(ARGV[5]) or 0))
-      redis.call('SET', KEYS[1], '` + sharedMarkerLua + `', 'PX', turn)
-      redis.call('SET', KEYS[2], 't', 'PX', turn)
+  local ch = KEYS[1] .. '` + channelSuffixLua + `'
+  if KEYS[2] then
+    if tonumber(ARGV[3]) > 0 then
+      local asked = redis.pcall('GET', KEYS[2])
+      if type(asked) == 'string' and asked ~= 't' then
+        local turn = math.max(tonumber(ARGV[3]), math.min(tonumber(asked) or 0, tonumber(ARGV[4]) or 0))
+        redis.call('SET', KEYS[1], '` + sharedMarkerLua + `', 'PX', turn)
+        redis.call('SET', KEYS[2], 't', 'PX', turn)
+      end
     end
+  elseif ARGV[3] then
+    ch = ARGV[3]
   end
-  return 1 + redis.call('PUBLISH', ARGV[2], ARGV[3])
+  return 1 + redis.call('PUBLISH', ch, ARGV[2])
 end
 return 0
 `)

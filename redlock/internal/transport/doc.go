@@ -29,10 +29,10 @@
 //
 // Goroutines: Node.Flush (the batcher) and a Subscription's Apply and Listen run on
 // goroutines their owner starts and ends (redlock's Client, through its ctx and Close);
-// Call without pipelining and OnAll start one goroutine per call, each ended by its
-// deadline.
+// Call and Send without pipelining, and OnAll, start one goroutine per call, each ended
+// by its deadline.
 //
 // Lock order: every mutex here is a leaf (Node.mu, probeState.mu, batcher.mu,
-// Subscription.mu): nothing is taken under it, and callbacks (Observe, Heard, a call's
-// deliver, Listen's f) are called with none held.
+// Subscription.mu): nothing is taken under it, and callbacks (Observe, Heard, a Sink's
+// Deliver, Listen's f) are called with none held.
 package transport

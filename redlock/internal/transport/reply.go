@@ -11,8 +11,20 @@ import (
 // Reply is one command's answer: its value (as go-redis decodes RESP2: int64, string,
 // []any, nil) and its error. It is a small value: passing it costs no allocation.
 type Reply struct {
-	val any
-	err error
+	val  any
+	err  error
+	then *Reply // the reply of the command's Then, nil without one
+}
+
+// errNoThen is Then's error for a command sent without a Then.
+var errNoThen = errors.New("redlock: no reply to a Then: none was sent")
+
+// Then is the reply of the command sent behind this one (Command.Then).
+func (r Reply) Then() Reply {
+	if r.then == nil {
+		return Reply{err: errNoThen}
+	}
+	return *r.then
 }
 
 // NewReply makes a Reply (tests build synthetic replies with it).

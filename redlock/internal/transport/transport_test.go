@@ -3,6 +3,9 @@ package transport
 import (
 	"context"
 	"errors"
+	"runtime"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -188,13 +191,14 @@ func TestBatcherNoScriptRetryKeepsOrder(t *testing.T) {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(time.Second)
-	mk := func(script *Script, keys []string, args ...any) *call {
-		return &call{cmd: NewCommand(script, keys, args...), deadline: deadline, deliver: func(Reply) {}}
+	var got replySink
+	mk := func(i int, script *Script, keys []string, args ...any) *call {
+		return &call{cmd: NewCommand(script, keys, args...), deadline: deadline, sink: &got, i: i}
 	}
-	acq := mk(set, []string{"noscript"}, "v1")
-	rel := mk(del, []string{"noscript"}, "v1")
+	acq := mk(0, set, []string{"noscript"}, "v1")
+	rel := mk(1, del, []string{"noscript"}, "v1")
 	n.batch.send(ctx, []*call{acq, rel})
-	if err := acq.reply.Err(); err != nil {
+	if err := got.replies[0].Err(); err != nil {
 		t.Fatalf("SET after the script was loaded: %v", err)
 	}
 	if r := n.Do(ctx, "get", "noscript"); !r.IsNil() {
@@ -361,3 +365,166 @@ func TestParseURL(t *testing.T) {
 		}
 	}
 }
+
+// A command's Then runs behind it on the same connection, once per pipeline whatever the
+// number of calls that name it, and each call's Reply carries its reply: every call
+// pushes its number on a list and its Then reads the list, which must hold that number
+// (the read ran after the push); the reads number the pipelines. Without pipelining the
+// two go in a pipeline of their own.
+func TestThenRunsBehindItsCallsOncePerPipeline(t *testing.T) {
+	srv := redistest.StartN(t, 1)[0]
+	for _, pipelining := range []bool{true, false} {
+		ss, _, _ := testScripts()
+		cfg := testConfig(ss)
+		cfg.Pipelining = pipelining
+		n := newTestNode(t, srv, cfg)
+		list := "then-list-" + map[bool]string{true: "p", false: "np"}[pipelining]
+		read := NewCommand(nil, nil, "lrange", list, 0, -1)
+		rc := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+		defer rc.Close()
+		if err := rc.ConfigResetStat(context.Background()).Err(); err != nil {
+			t.Fatal(err)
+		}
+		const calls = 200
+		var wg sync.WaitGroup
+		for i := range calls {
+			wg.Go(func() {
+				done := make(chan Reply, 1)
+				n.Call(context.Background(), NewCommand(nil, nil, "rpush", list, i).Then(read), func(r Reply) { done <- r })
+				r := <-done
+				if err := r.Err(); err != nil {
+					t.Errorf("call %d: %v", i, err)
+					return
+				}
+				got, err := r.Then().StringSlice()
+				if err != nil {
+					t.Errorf("call %d: Then: %v", i, err)
+					return
+				}
+				if !slices.Contains(got, strconv.Itoa(i)) {
+					t.Errorf("call %d: Then read %v, without the call's own push: it ran before the call", i, got)
+				}
+			})
+		}
+		wg.Wait()
+		info, err := rc.Info(context.Background(), "commandstats").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		reads := 0
+		for _, line := range strings.Split(info, "\n") {
+			if rest, ok := strings.CutPrefix(line, "cmdstat_lrange:calls="); ok {
+				reads, _ = strconv.Atoi(rest[:strings.IndexByte(rest, ',')])
+			}
+		}
+		batches, sent := n.Batches()
+		switch {
+		case pipelining && (int64(reads) != batches || sent != calls):
+			t.Errorf("pipelining: %d reads for %d pipelines of %d calls, want one per pipeline", reads, batches, sent)
+		case pipelining && batches == calls:
+			t.Logf("pipelining: no two calls shared a pipeline (a slow box): once per pipeline is all this run shows")
+		case !pipelining && reads != calls:
+			t.Errorf("no pipelining: %d reads for %d calls, want one each", reads, calls)
+		}
+	}
+}
+
+// The batcher reuses its calls and its queue's arrays (free, spare): each call must get
+// its own reply, exactly once, whatever call and array carried it. In each wave the node
+// is paused while the senders queue more calls than one pipeline takes, then resumed
+// while they queue more: the backlog goes in several pipelines while new calls are
+// queued on reused arrays.
+func TestSendReusesCallsWithoutMixingReplies(t *testing.T) {
+	srv := redistest.StartN(t, 1)[0]
+	ss, _, _ := testScripts()
+	n := newTestNode(t, srv, testConfig(ss))
+	const waves, senders, each = 4, 4, 300
+	for w := range waves {
+		s := &echoSink{wave: w, want: senders * each, got: make([]int, senders*each), done: make(chan struct{})}
+		send := func(from, to int) {
+			var wg sync.WaitGroup
+			for g := range senders {
+				wg.Go(func() {
+					for k := from; k < to; k++ {
+						i := g*each + k
+						n.Send(context.Background(), NewCommand(nil, nil, "echo", strconv.Itoa(w)+"/"+strconv.Itoa(i)), s, i)
+						if k%16 == 0 {
+							runtime.Gosched()
+						}
+					}
+				})
+			}
+			wg.Wait()
+		}
+		if err := srv.Pause(); err != nil {
+			t.Fatal(err)
+		}
+		send(0, each/2)
+		if err := srv.Resume(); err != nil {
+			t.Fatal(err)
+		}
+		send(each/2, each)
+		select {
+		case <-s.done:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("wave %d: %d of %d replies", w, s.count(), s.want)
+		}
+		s.mu.Lock()
+		for i, c := range s.got {
+			if c != 1 {
+				t.Errorf("wave %d: call %d delivered %d times", w, i, c)
+			}
+		}
+		for _, e := range s.errs {
+			t.Errorf("wave %d: %s", w, e)
+		}
+		s.mu.Unlock()
+	}
+	batches, sent := n.Batches()
+	if sent != waves*senders*each {
+		t.Fatalf("%d calls sent in %d pipelines, want %d", sent, batches, waves*senders*each)
+	}
+	t.Logf("%d calls in %d pipelines", sent, batches)
+}
+
+// echoSink checks that call i's reply is ECHO's of its wave and i.
+type echoSink struct {
+	mu   sync.Mutex
+	wave int
+	want int
+	n    int
+	got  []int
+	errs []string
+	done chan struct{}
+}
+
+func (s *echoSink) Deliver(i int, r Reply) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	v, err := r.Text()
+	if err != nil || v != strconv.Itoa(s.wave)+"/"+strconv.Itoa(i) {
+		s.errs = append(s.errs, "call "+strconv.Itoa(i)+" got "+strconv.Quote(v)+" "+errString(err))
+	}
+	s.got[i]++
+	if s.n++; s.n == s.want {
+		close(s.done)
+	}
+}
+
+func (s *echoSink) count() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.n
+}
+
+func errString(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}
+
+// replySink keeps the replies it is given, by index (one goroutine: send's).
+type replySink struct{ replies [2]Reply }
+
+func (s *replySink) Deliver(i int, r Reply) { s.replies[i] = r }
