@@ -25,7 +25,7 @@ func init() {
 
 // AdminAPI is the `admin.api.redlock` module: the /redlock/ routes of Caddy's admin
 // endpoint. Admin routers are provisioned before the apps and cannot reach handler
-// instances, so it reads the package-level tables of lockers.go and requests.go: the shared lockers and
+// instances, so it reads the package-level tables of lockers.go and requests.go: the pooled lockers and
 // the requests that wait for or hold a lock.
 //
 // Field names are stable (docs/operating.md, "Admin API"): snake_case, durations as *_ms numbers,
@@ -173,7 +173,7 @@ type lockerJSON struct {
 	Quorum int    `json:"quorum"`
 }
 
-func describeLocker(li *sharedLocker) lockerJSON {
+func describeLocker(li *pooledLocker) lockerJSON {
 	return lockerJSON{Locker: li.id, Name: li.name, Prefix: li.prefix, Quorum: li.client.Status().Quorum}
 }
 

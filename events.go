@@ -155,7 +155,7 @@ type lockerObserver struct {
 var _ redlock.HealthObserver = (*lockerObserver)(nil)
 
 func (o *lockerObserver) NodeCall(node, op string, rtt time.Duration, err error) {
-	nodeObserver.nodeCall(o.name, node, op, rtt, err)
+	nodeCalls.record(o.name, node, op, rtt, err)
 }
 
 func (o *lockerObserver) Renewal(err error) { countRenewal(o.name, err) }
@@ -174,6 +174,6 @@ func (o *lockerObserver) NodeQuarantined(node string, until time.Time, cause red
 
 // lockLostEvent queues lock_lost for a request's lost lock.
 func (h *Handler) lockLostEvent(e *inflight, le *redlock.LostError) {
-	h.locker.shared.events.emit(eventLockLost, map[string]any{"key": le.Key, "mode": e.mode,
+	h.locker.pooled.events.emit(eventLockLost, map[string]any{"key": le.Key, "mode": e.mode,
 		"reason": string(le.Reason), "held_ms": e.heldFor().Milliseconds()})
 }

@@ -60,7 +60,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	// stops whichever is running.
 	ctx, cancel := context.WithCancelCause(r.Context())
 	defer cancel(nil)
-	e := &inflight{owner: h, locker: h.locker.shared.id, key: key, keys: keys, mode: mode, method: r.Method,
+	e := &inflight{owner: h, locker: h.locker.pooled.id, key: key, keys: keys, mode: mode, method: r.Method,
 		uri: r.RequestURI, remote: r.RemoteAddr, since: time.Now(), cancel: cancel}
 	if !trackRequest(e) {
 		// Only after Cleanup, for a request that arrived as its server was shutting down.
@@ -72,7 +72,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	}
 	start := time.Now()
 	span := startAcquireSpan(ctx, key, mode)
-	l, err := acquire(ctx, h.locker.shared.client, keys, h.s.acquireOptions(mode, h.readers != nil && h.readers.Load() > 0))
+	l, err := acquire(ctx, h.locker.pooled.client, keys, h.s.acquireOptions(mode, h.readers != nil && h.readers.Load() > 0))
 	wait := time.Since(start)
 	repl.Set(phWaitMS, wait.Milliseconds())
 	if err != nil {

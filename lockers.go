@@ -18,7 +18,7 @@ import (
 // are provisioned before the apps and cannot reach handler instances). What keeps a
 // locker open while requests still use it is the request table (requests.go).
 
-// lockerPool maps a lockerKey to a *sharedLocker. A reload provisions the new handlers
+// lockerPool maps a lockerKey to a *pooledLocker. A reload provisions the new handlers
 // (LoadOrNew) before the old ones are cleaned up (Delete), so an unchanged node set keeps
 // its connections, subscriptions and held locks.
 var lockerPool = caddy.NewUsagePool()
@@ -37,8 +37,8 @@ type lockerKey struct {
 	name        string // the configured name, "" for the default (name.go)
 }
 
-// sharedLocker is one redlock.Client in the pool.
-type sharedLocker struct {
+// pooledLocker is one redlock.Client in the pool.
+type pooledLocker struct {
 	id     string // random, to tell lockers apart in the admin API
 	name   string // the configured name, or prefix and node addresses (no passwords)
 	prefix string
@@ -49,16 +49,16 @@ type sharedLocker struct {
 // Destruct is called by the pool when the last handler using the locker is gone. Close
 // refuses new acquires but keeps the client alive until its last held lock is released.
 // Its events end here: no handler is left to emit them through.
-func (s *sharedLocker) Destruct() error {
+func (s *pooledLocker) Destruct() error {
 	s.events.stop()
 	return s.client.Close()
 }
 
 // lockers lists the lockers in use, sorted by name. For the admin module.
-func lockers() []*sharedLocker {
-	var out []*sharedLocker
+func lockers() []*pooledLocker {
+	var out []*pooledLocker
 	lockerPool.Range(func(_, v any) bool {
-		if s, ok := v.(*sharedLocker); ok {
+		if s, ok := v.(*pooledLocker); ok {
 			out = append(out, s)
 		}
 		return true
@@ -67,21 +67,21 @@ func lockers() []*sharedLocker {
 	return out
 }
 
-// lockerLease is one handler's reference to a shared locker. The handler's config holds
+// lockerLease is one handler's reference to a pooled locker. The handler's config holds
 // one reference and every running request another, so that a reload that changes the
 // node set does not close the client under requests still waiting on the old handler.
 // It is a count of its own, not the pool's, because it must refuse a request once it
-// reached zero (hold), where the pool would build a new client (docs/development.md,
+// reached zero (take), where the pool would build a new client (docs/development.md,
 // "Why a locker is counted twice").
 type lockerLease struct {
 	key    lockerKey
-	shared *sharedLocker
+	pooled *pooledLocker
 
 	mu   sync.Mutex
 	refs int
 }
 
-// openLocker loads or creates the shared locker for urls and s, and leases it.
+// openLocker loads or creates the pooled locker for urls and s, and leases it.
 func openLocker(urls []string, s *settings) (*lockerLease, error) {
 	o := s.lock
 	key := lockerKey{urls: strings.Join(urls, "\n"), prefix: o.Prefix, maxTTL: o.MaxTTL, nodeTimeout: o.NodeTimeout,
@@ -107,18 +107,18 @@ func openLocker(urls []string, s *settings) (*lockerLease, error) {
 			obs.events.stop()
 			return nil, err
 		}
-		return &sharedLocker{id: rand.Text()[:8], prefix: o.Prefix, client: c, name: name, events: obs.events}, nil
+		return &pooledLocker{id: rand.Text()[:8], prefix: o.Prefix, client: c, name: name, events: obs.events}, nil
 	})
 	if err != nil {
 		// LoadOrNew removes a failed entry itself: there is no reference to give back.
 		return nil, err
 	}
-	return &lockerLease{key: key, shared: v.(*sharedLocker), refs: 1}, nil
+	return &lockerLease{key: key, pooled: v.(*pooledLocker), refs: 1}, nil
 }
 
-// hold takes a reference for one request. It fails once the handler was cleaned up and
+// take takes a reference for one request. It fails once the handler was cleaned up and
 // its last request finished (the client may then be closed).
-func (l *lockerLease) hold() bool {
+func (l *lockerLease) take() bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.refs == 0 {
@@ -137,7 +137,7 @@ func (l *lockerLease) drop() {
 	if last {
 		if _, err := lockerPool.Delete(l.key); err != nil {
 			pluginLog().Warn("closing redlock client",
-				zap.String("locker", l.shared.name), zap.Error(err))
+				zap.String("locker", l.pooled.name), zap.Error(err))
 		}
 	}
 }

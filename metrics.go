@@ -16,7 +16,7 @@ import (
 // Prometheus metrics in Caddy's registry (served at the admin API's /metrics): the
 // collectors and their registration, the counting helpers the handler calls, the gauges
 // read from the request table at scrape time (inflightCollector), and the node-call
-// observer that counts every redlock client's calls and logs a node's transitions.
+// counter (callMetrics) that counts every redlock client's calls and logs a node's transitions.
 //
 // The collectors are created once for the process: Caddy builds a new registry for every
 // config load, so registerMetrics adds the same collectors to each new registry and the
@@ -89,9 +89,9 @@ func newCounter(name, help string, labels ...string) *prometheus.CounterVec {
 	}, labels)
 }
 
-// nodeObserver counts every redlock client's node calls (through its lockerObserver,
+// nodeCalls counts every redlock client's node calls (through its lockerObserver,
 // events.go) and logs nodes' transitions.
-var nodeObserver = &observer{failing: map[string]bool{}}
+var nodeCalls = &callMetrics{failing: map[string]bool{}}
 
 // Acquire outcomes, the result label of the acquire and wait histograms.
 const (
@@ -188,10 +188,10 @@ func (inflightCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-// observer receives the redlock clients' node calls (from their lockerObserver). It must
+// callMetrics receives the redlock clients' node calls (from their lockerObserver). It must
 // not block: it only counts, and logs a node's transitions between answering and
 // failing, once each, so a dead node does not flood the log.
-type observer struct {
+type callMetrics struct {
 	mu      sync.Mutex
 	failing map[string]bool // node address -> its last call failed
 	// rtt caches the histogram of each node and operation: every lock makes 2N calls,
@@ -201,7 +201,7 @@ type observer struct {
 
 type nodeOp struct{ name, node, op string }
 
-func (o *observer) nodeCall(name, node, op string, rtt time.Duration, err error) {
+func (o *callMetrics) record(name, node, op string, rtt time.Duration, err error) {
 	if errors.Is(err, context.Canceled) {
 		return // the caller gave up (a request went away): says nothing about the node
 	}

@@ -160,7 +160,7 @@ func (Handler) CaddyModule() caddy.ModuleInfo {
 	}
 }
 
-// Provision validates the configuration and attaches the handler to a shared locker.
+// Provision validates the configuration and attaches the handler to a pooled locker.
 func (h *Handler) Provision(ctx caddy.Context) error {
 	h.logger = ctx.Logger()
 	s, err := h.resolve()
@@ -186,7 +186,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	if err != nil {
 		return fmt.Errorf("redlock: redis: %w", err)
 	}
-	h.logger = h.logger.With(zap.String("name", lease.shared.name))
+	h.logger = h.logger.With(zap.String("name", lease.pooled.name))
 	// Also here, not only in the admin module: with `admin off` the metrics must still
 	// reach a `metrics` handler. Registering again is a no-op.
 	if err := registerMetrics(ctx.GetMetricsRegistry()); err != nil {
@@ -198,10 +198,10 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	h.goLive()
 	h.warnSharedName()
 	if events != nil {
-		lease.shared.events.attach(h, ctx, events)
+		lease.pooled.events.attach(h, ctx, events)
 	}
-	for _, w := range lease.shared.client.Status().Warnings {
-		h.logger.Warn("redlock configuration", zap.String("warning", w), zap.String("locker", lease.shared.name))
+	for _, w := range lease.pooled.client.Status().Warnings {
+		h.logger.Warn("redlock configuration", zap.String("warning", w), zap.String("locker", lease.pooled.name))
 	}
 	if slowRenewalRisk(s) {
 		h.logger.Warn("redlock renew_interval plus twice node_timeout is more than half the ttl: with a node silent, one slow renewal can lose the lock",
@@ -228,7 +228,7 @@ func slowRenewalRisk(s *settings) bool {
 func (h *Handler) Cleanup() error {
 	if h.s != nil {
 		h.leave()
-		h.locker.shared.events.detach(h)
+		h.locker.pooled.events.detach(h)
 	}
 	if caddy.Exiting() && h.s != nil {
 		h.abortInflight(h.s.lock.NodeTimeout + time.Second)

@@ -43,11 +43,11 @@ func defaultName(prefix string, addrs []string) string {
 // label and their events and log lines look alike. Handlers of an older config (a reload
 // in progress) are not compared: a reload may well move a name to new nodes.
 func (h *Handler) warnSharedName() {
-	mine := h.locker.shared
+	mine := h.locker.pooled
 	liveHandlers.mu.Lock()
 	clash := false
 	for o := range liveHandlers.m {
-		if o != h && o.cfgDone == h.cfgDone && o.locker.shared != mine && o.locker.shared.name == mine.name {
+		if o != h && o.cfgDone == h.cfgDone && o.locker.pooled != mine && o.locker.pooled.name == mine.name {
 			clash = true
 			break
 		}
@@ -64,5 +64,5 @@ func (h *Handler) label() string {
 	if h.locker == nil {
 		return ""
 	}
-	return h.locker.shared.name
+	return h.locker.pooled.name
 }

@@ -101,7 +101,7 @@ func TestQueuedRequestGetsTheLockBeforeTheResponseEnds(t *testing.T) {
 		r = r.WithContext(context.WithValue(r.Context(), caddy.ReplacerCtxKey, caddy.NewReplacer()))
 		return h.ServeHTTP(httptest.NewRecorder(), r, next)
 	}
-	client := h.locker.shared.client
+	client := h.locker.pooled.client
 	gate := make(chan struct{})
 	firstIn := make(chan struct{})
 	firstDone := make(chan error, 1)

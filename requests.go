@@ -80,7 +80,7 @@ func (e *inflight) moveLocked(to requestState) bool {
 // being released): one entry of the table.
 type inflight struct {
 	owner  *Handler
-	locker string   // sharedLocker.id
+	locker string   // pooledLocker.id
 	key    string   // the keys in lock order, joined by a space
 	keys   []string // several keys: in lock order
 	mode   string   // modeExclusive, modeShared or modeLimit
@@ -108,7 +108,7 @@ var requests = struct {
 // locker. It fails once the handler was cleaned up and its last request ended (the
 // locker may be closed by then).
 func trackRequest(e *inflight) bool {
-	if !e.owner.locker.hold() {
+	if !e.owner.locker.take() {
 		return false
 	}
 	e.state = stateWaiting

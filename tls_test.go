@@ -101,18 +101,18 @@ func TestTLSLockers(t *testing.T) {
 	a := open(&TLS{CA: []string{pki.CAFile}, ServerName: "redis.test"})
 	b := open(&TLS{CA: []string{pki.CAFile}, ServerName: "redis.test"})
 	c := open(&TLS{CA: []string{pki.CAFile}, InsecureSkipVerify: true})
-	if a.shared != b.shared {
+	if a.pooled != b.pooled {
 		t.Error("same TLS settings: two lockers")
 	}
-	if a.shared == c.shared {
+	if a.pooled == c.pooled {
 		t.Error("different TLS settings share a locker")
 	}
 	warned := false
-	for _, w := range c.shared.client.Status().Warnings {
+	for _, w := range c.pooled.client.Status().Warnings {
 		warned = warned || strings.Contains(w, "TLS certificate verification is off")
 	}
 	if !warned {
-		t.Errorf("insecure_skip_verify not warned: %q", c.shared.client.Status().Warnings)
+		t.Errorf("insecure_skip_verify not warned: %q", c.pooled.client.Status().Warnings)
 	}
 }
 

@@ -20,7 +20,7 @@ import (
 //
 // Claim: every lock AcquireAll returns is held, with the validity Lock.Info reports. The
 // wait for a later key may outlast the ttl, so the keys already taken are renewed
-// meanwhile (renewer.hold, the same batched renewals as KeepAlive) and the wait ends
+// meanwhile (renewer.renewWhileWaiting, the same batched renewals as KeepAlive) and the wait ends
 // early when one of them is lost; a set with a lost lock is released whole and taken
 // again while the wait lasts (TestAcquireAllKeepsEarlierKeysWhileWaitingLong,
 // TestAcquireAllRetakesASetWhoseEarlierKeyWasLost). Its renewals stop when AcquireAll
@@ -84,7 +84,7 @@ func (c *Client) acquireSet(ctx context.Context, keys []string, o AcquireOptions
 		l, err := c.acquire(wctx, k, ko, true)
 		stop()
 		if err != nil {
-			c.unholdAll(held)
+			c.stopAllWaitRenewals(held)
 			lost := firstLost(held) // before the releases below end them all
 			releaseAll(context.WithoutCancel(ctx), held)
 			if lost != "" && ctx.Err() == nil {
@@ -94,10 +94,10 @@ func (c *Client) acquireSet(ctx context.Context, keys []string, o AcquireOptions
 		}
 		held = append(held, l)
 		if i < len(keys)-1 {
-			c.renewer.hold(l, l.ttl/3) // the next key may be busy for longer than the ttl
+			c.renewer.renewWhileWaiting(l, l.ttl/3) // the next key may be busy for longer than the ttl
 		}
 	}
-	c.unholdAll(held[:len(held)-1]) // from here the caller's KeepAlive renews them
+	c.stopAllWaitRenewals(held[:len(held)-1]) // from here the caller's KeepAlive renews them
 	if lost := firstLost(held); lost != "" {
 		releaseAll(context.WithoutCancel(ctx), held)
 		return nil, lost, nil
@@ -128,10 +128,10 @@ func firstLost(locks []*Lock) string {
 	return ""
 }
 
-// unholdAll stops AcquireAll's own renewals of locks (renewer.hold).
-func (c *Client) unholdAll(locks []*Lock) {
+// stopAllWaitRenewals stops AcquireAll's own renewals of locks (renewer.renewWhileWaiting).
+func (c *Client) stopAllWaitRenewals(locks []*Lock) {
 	for _, l := range locks {
-		c.renewer.unhold(l)
+		c.renewer.stopWaitRenewals(l)
 	}
 }
 

@@ -35,7 +35,7 @@ func newRenewer(c *Client) *renewer {
 
 // The renewer keeps no state of a lock's own: whether a lock may still be renewed is its
 // state and cause (renewable, state.go; read under renewer.mu, then Lock.mu), and whether
-// it is scheduled is renewEvery > 0 (KeepAlive or hold asked; remove takes it back).
+// it is scheduled is renewEvery > 0 (KeepAlive or renewWhileWaiting asked; remove takes it back).
 
 func (r *renewer) add(l *Lock, every time.Duration, first time.Time) {
 	r.mu.Lock()
@@ -85,7 +85,7 @@ func (r *renewer) end(l *Lock) {
 }
 
 // remove unschedules l and waits for a batch that holds it. Release calls it once l is
-// releasing (so nothing schedules it again); unhold, to take hold's renewals back.
+// releasing (so nothing schedules it again); stopWaitRenewals, to take renewWhileWaiting's renewals back.
 func (r *renewer) remove(l *Lock) {
 	r.mu.Lock()
 	l.renewEvery = 0
@@ -96,16 +96,16 @@ func (r *renewer) remove(l *Lock) {
 	l.renewing.Wait()
 }
 
-// hold renews l every interval until unhold, without KeepAlive: AcquireAll keeps the
-// keys it took while it waits for the next (multi.go). The first renewal is due interval
-// after the lock was last taken or renewed in Redis.
-func (r *renewer) hold(l *Lock, every time.Duration) {
+// renewWhileWaiting renews l every interval until stopWaitRenewals, without KeepAlive:
+// AcquireAll keeps the keys it took while it waits for the next (multi.go). The first
+// renewal is due interval after the lock was last taken or renewed in Redis.
+func (r *renewer) renewWhileWaiting(l *Lock, every time.Duration) {
 	r.add(l, every, l.lastRenewed().Add(every))
 }
 
-// unhold stops hold's renewals and waits for one in flight, leaving l as Acquire returned
-// it: KeepAlive may schedule it again.
-func (r *renewer) unhold(l *Lock) {
+// stopWaitRenewals stops renewWhileWaiting's renewals and waits for one in flight,
+// leaving l as Acquire returned it: KeepAlive may schedule it again.
+func (r *renewer) stopWaitRenewals(l *Lock) {
 	r.remove(l)
 }
 
