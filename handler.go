@@ -42,7 +42,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		// writer pass the upstream's fencing check.
 		r.Header.Del(h.s.fencingHeader)
 	}
-	keys, err := h.keys.render(r, repl)
+	keys, err := h.keyer.render(r, repl)
 	if errors.Is(err, errUnlocked) {
 		repl.Set(phKey, "") // known, so "{http.redlock.key}" renders empty downstream
 		repl.Set(phMode, "")

@@ -128,7 +128,7 @@ type Handler struct {
 	Name string `json:"name,omitempty"`
 
 	s       *settings
-	keys    *keyer
+	keyer   *keyer
 	locker  *lockerLease
 	logger  *zap.Logger
 	ns      namespace       // where the keys live (namespace.go)
@@ -193,7 +193,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		lease.drop()
 		return err
 	}
-	h.s, h.keys, h.locker = s, k, lease
+	h.s, h.keyer, h.locker = s, k, lease
 	h.ns, h.cfgDone = newNamespace(urls, s, h), ctx.Done()
 	h.goLive()
 	h.warnSharedName()
