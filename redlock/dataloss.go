@@ -15,8 +15,9 @@ import (
 // (FLUSHALL or FLUSHDB, eviction under memory pressure, a failover behind one address
 // that keeps the run_id, a proxy that hides INFO) or report no run_id at all (Dragonfly):
 // the restart rule alone would let it vote with locks it forgot. So every node keeps a
-// data marker under the prefix (markerName): a random value and the node's clock when it
-// was created, written by the first client to find it absent and kept alive (PEXPIRE) by
+// data marker under the prefix (markerName): a mark (random, or a client's first mark:
+// voting.go, "Fresh start"), the run_id of the process that made it and the node's clock
+// when it was created, written by the first client to find it absent and kept alive (PEXPIRE) by
 // every client's announce, on every new connection and every health check
 // (announceScript). A client that finds the marker gone (re-created) or changed since
 // its last reading, or INFO's evicted_keys moved, saw the node lose keys: it quarantines
