@@ -177,6 +177,9 @@ func (hl heldLocks) release(ctx context.Context) error {
 // that lock's *redlock.LostError as its cause (redlock.Lock.Context). The redlock package
 // has the same unexported helper (heldContext, for AcquireAll's wait) and exports none.
 func (hl heldLocks) context(parent context.Context) (context.Context, context.CancelFunc) {
+	if len(hl) == 1 { // most requests: no slice of cancels, no closure over it
+		return hl[0].Context(parent)
+	}
 	ctx := parent
 	cancels := make([]context.CancelFunc, len(hl))
 	for i, l := range hl {

@@ -105,12 +105,47 @@ const (
 
 // countAcquire records an acquire outcome.
 func countAcquire(name, mode, result string, wait time.Duration) {
-	metrics.acquire.WithLabelValues(name, mode, result).Observe(wait.Seconds())
+	observer(metrics.acquire, name, mode, result).Observe(wait.Seconds())
 }
 
 // countWaited records the outcome of a request that found its key taken.
 func countWaited(name, mode, result string, wait time.Duration) {
-	metrics.wait.WithLabelValues(name, mode, result).Observe(wait.Seconds())
+	observer(metrics.wait, name, mode, result).Observe(wait.Seconds())
+}
+
+// observers caches the histograms' children by label values. Every request observes two
+// (its acquire and its hold), and HistogramVec.WithLabelValues checks each value's UTF-8,
+// hashes them and takes the vector's lock on every call (issue 32: about 1% of Caddy's
+// CPU under unique keys). The collectors live as long as the process and no child is
+// ever deleted, so a cached child stays the one the vector serves; the label values are
+// bounded (locker names × modes × outcomes), as the vector's own children are.
+var observers struct {
+	mu sync.RWMutex
+	m  map[observerKey]prometheus.Observer
+}
+
+type observerKey struct {
+	vec              *prometheus.HistogramVec
+	name, mode, what string
+}
+
+// observer is vec.WithLabelValues(name, mode, what), cached.
+func observer(vec *prometheus.HistogramVec, name, mode, what string) prometheus.Observer {
+	k := observerKey{vec, name, mode, what}
+	observers.mu.RLock()
+	o, ok := observers.m[k]
+	observers.mu.RUnlock()
+	if ok {
+		return o
+	}
+	o = vec.WithLabelValues(name, mode, what)
+	observers.mu.Lock()
+	if observers.m == nil {
+		observers.m = make(map[observerKey]prometheus.Observer)
+	}
+	observers.m[k] = o
+	observers.mu.Unlock()
+	return o
 }
 
 // How a hold ended, the label of caddy_redlock_hold_duration_seconds.
@@ -123,7 +158,7 @@ const (
 
 // observeHold records a hold that ended.
 func observeHold(name, mode, how string, held time.Duration) {
-	metrics.hold.WithLabelValues(name, mode, how).Observe(held.Seconds())
+	observer(metrics.hold, name, mode, how).Observe(held.Seconds())
 }
 
 // countDryRun records a request dry run let through unlocked.

@@ -10,6 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+
 	"github.com/caddy-redlock/caddy-redlock/internal/redistest"
 )
 
@@ -240,3 +243,41 @@ func TestMetrics(t *testing.T) {
 
 // nameLabel matches a series' name label, whose default value holds the prefix.
 var nameLabel = regexp.MustCompile(`name="[^"]*"`)
+
+// The cached children are the vector's own: an observation through the cache shows in
+// the vector under its labels, and a second lookup returns the same child.
+func TestObserverCacheIsTheVectorsChild(t *testing.T) {
+	vec := prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "test_observer_cache"}, []string{"name", "mode", "result"})
+	o := observer(vec, "n", "exclusive", resultAcquired)
+	if o2 := observer(vec, "n", "exclusive", resultAcquired); o2 != o {
+		t.Fatal("second lookup returned another child")
+	}
+	o.Observe(1)
+	observer(vec, "n", "shared", resultAcquired).Observe(2)
+	var m dto.Metric
+	if err := vec.WithLabelValues("n", "exclusive", resultAcquired).(prometheus.Histogram).Write(&m); err != nil {
+		t.Fatal(err)
+	}
+	if got := m.GetHistogram().GetSampleCount(); got != 1 {
+		t.Fatalf("exclusive child has %d samples, want 1", got)
+	}
+}
+
+// What a request pays for its two histogram observations (acquire, hold): the cached
+// child against a lookup by label values on every request.
+func BenchmarkObserveRequest(b *testing.B) {
+	b.Run("WithLabelValues", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			metrics.acquire.WithLabelValues("bench", "exclusive", resultAcquired).Observe(0.001)
+			metrics.hold.WithLabelValues("bench", "exclusive", holdReleased).Observe(0.002)
+		}
+	})
+	b.Run("cached", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			countAcquire("bench", "exclusive", resultAcquired, time.Millisecond)
+			observeHold("bench", "exclusive", holdReleased, 2*time.Millisecond)
+		}
+	})
+}

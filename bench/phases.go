@@ -192,7 +192,7 @@ func runProxyPhases(res *results, f flags, cfg config, up *upstream, nodes []*re
 	}
 	if f.profile != "" && len(overhead) > 0 && len(hot) > 0 && overhead[0].kind == "caddy" {
 		progress("profiling Caddy...\n")
-		ps, err := profileCaddy(f.profile, overhead[0], overhead[3], hot[0], cfg)
+		ps, err := profileCaddy(f.profile, overhead[0], overhead[3], overhead[4], hot[0], cfg)
 		if err != nil {
 			fail("profile", err)
 		}

@@ -11,11 +11,12 @@ import (
 
 // profileCaddy takes CPU profiles of the first Caddy instance through its admin endpoint
 // while it serves unique keys (plain and with redlock, for a side-by-side diff:
-// go tool pprof -diff_base caddy-unique-plain.pprof caddy-unique-n5.pprof), then while it
-// serves the hot key, plus an execution trace of the hot key (go tool trace), where the
-// gap between two holders is made of wake-ups rather than CPU. It runs after the
+// go tool pprof -diff_base caddy-unique-plain.pprof caddy-unique-n5.pprof; an allocation
+// profile of the same; redlock with fencing), then while it serves the hot key, plus an
+// execution trace of the hot key (go tool trace), where the gap between two holders is
+// made of wake-ups rather than CPU. It runs after the
 // measurements, so profiling never slows a measured run.
-func profileCaddy(outDir string, plain, unique, hot httpVariant, cfg config) ([]string, error) {
+func profileCaddy(outDir string, plain, unique, fence, hot httpVariant, cfg config) ([]string, error) {
 	if err := mkdir(outDir); err != nil {
 		return nil, err
 	}
@@ -31,6 +32,11 @@ func profileCaddy(outDir string, plain, unique, hot httpVariant, cfg config) ([]
 			Path: func(c, seq int) string { return fmt.Sprintf("/r/prof-%d-%d", c, seq) }}, fmt.Sprintf("/debug/pprof/profile?seconds=%d", secs)},
 		{"caddy-unique-n5.pprof", unique, loadSpec{Clients: cfg.Clients, Duration: (secs + 1) * time.Second, Targets: unique.targets,
 			Path: func(c, seq int) string { return fmt.Sprintf("/r/prof-%d-%d", c, seq) }}, fmt.Sprintf("/debug/pprof/profile?seconds=%d", secs)},
+		// Allocations over the same kind of window (a delta profile: go tool pprof -sample_index=alloc_space).
+		{"caddy-unique-n5.allocs.pprof", unique, loadSpec{Clients: cfg.Clients, Duration: (secs + 1) * time.Second, Targets: unique.targets,
+			Path: func(c, seq int) string { return fmt.Sprintf("/r/prof-a-%d-%d", c, seq) }}, fmt.Sprintf("/debug/pprof/allocs?seconds=%d", secs)},
+		{"caddy-unique-n5fence.pprof", fence, loadSpec{Clients: cfg.Clients, Duration: (secs + 1) * time.Second, Targets: fence.targets,
+			Path: func(c, seq int) string { return fmt.Sprintf("/r/prof-f-%d-%d", c, seq) }}, fmt.Sprintf("/debug/pprof/profile?seconds=%d", secs)},
 		{"caddy-hot-n5.pprof", hot, loadSpec{Clients: cfg.HotClients, Stamp: true, Duration: (secs + 1) * time.Second, Targets: hot.targets,
 			Path: func(int, int) string { return "/r/prof-hot?hold=" + cfg.Hold.String() }}, fmt.Sprintf("/debug/pprof/profile?seconds=%d", secs)},
 		{"caddy-hot-n5.trace", hot, loadSpec{Clients: cfg.HotClients, Stamp: true, Duration: 3 * time.Second, Targets: hot.targets,

@@ -29,10 +29,9 @@ func (c *Client) acquire(ctx context.Context, key string, o AcquireOptions, seve
 		return nil, err
 	}
 	start := time.Now()
-	waitCtx, cancel := context.WithDeadline(ctx, start.Add(o.Wait))
-	defer cancel()
-	k := &contention{c: c, ctx: ctx, waitCtx: waitCtx, key: key, ttl: ttl, fencing: o.Fencing, start: start,
+	k := &contention{c: c, ctx: ctx, waitCtx: newWaitContext(ctx, start.Add(o.Wait)), key: key, ttl: ttl, fencing: o.Fencing, start: start,
 		mode: modeOf(o, several), slots: []names{c.names(key)}}
+	defer k.waitCtx.stop()
 	k.slots[0].shared = o.Shared
 	if o.NoReaders && !o.Shared {
 		k.slots[0].turn = "" // its release gives no readers' turn
@@ -51,7 +50,7 @@ func (c *Client) acquire(ctx context.Context, key string, o AcquireOptions, seve
 		}
 	} else {
 		var handed *Lock
-		k.turn, handed, queued, err = c.queues.take(waitCtx, key, waiter{ttl: ttl, fencing: o.Fencing, mode: k.mode, since: start})
+		k.turn, handed, queued, err = c.queues.take(&k.waitCtx, key, waiter{ttl: ttl, fencing: o.Fencing, mode: k.mode, since: start})
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil, ctx.Err()
@@ -83,6 +82,56 @@ func (c *Client) acquire(ctx context.Context, key string, o AcquireOptions, seve
 	// places at once: limit.go).
 	k.turn.pass(false)
 	return l, err
+}
+
+// waitContext is ctx ending when the wait runs out, as context.WithDeadline(ctx,
+// deadline) is, without its timer until something waits on it. An uncontended acquire
+// (the key's line empty, the first round granted) only asks Err, which needs no timer:
+// one timer set and stopped, a context and its registration with ctx saved per request
+// (issue 32). Done, once called, is WithDeadline's. It is not shared: the acquiring
+// goroutine alone uses it (rounds use the caller's ctx).
+type waitContext struct {
+	parent   context.Context
+	deadline time.Time
+	real     context.Context // WithDeadline(parent, deadline), made by the first Done
+	cancel   context.CancelFunc
+}
+
+func newWaitContext(parent context.Context, deadline time.Time) waitContext {
+	if d, ok := parent.Deadline(); ok && d.Before(deadline) {
+		deadline = d
+	}
+	return waitContext{parent: parent, deadline: deadline}
+}
+
+func (w *waitContext) Deadline() (time.Time, bool) { return w.deadline, true }
+func (w *waitContext) Value(key any) any           { return w.parent.Value(key) }
+
+func (w *waitContext) Done() <-chan struct{} {
+	if w.real == nil {
+		w.real, w.cancel = context.WithDeadline(w.parent, w.deadline)
+	}
+	return w.real.Done()
+}
+
+func (w *waitContext) Err() error {
+	if w.real != nil {
+		return w.real.Err()
+	}
+	if err := w.parent.Err(); err != nil {
+		return err
+	}
+	if !time.Now().Before(w.deadline) {
+		return context.DeadlineExceeded
+	}
+	return nil
+}
+
+// stop releases the timer, if one was made.
+func (w *waitContext) stop() {
+	if w.cancel != nil {
+		w.cancel()
+	}
 }
 
 // checkAcquire checks an acquire's key and options and returns the lock's ttl.
@@ -124,7 +173,7 @@ func (c *Client) checkOptions(o AcquireOptions) (time.Duration, error) {
 type contention struct {
 	c       *Client
 	ctx     context.Context // the caller's
-	waitCtx context.Context // ctx, ending when the wait runs out
+	waitCtx waitContext     // ctx, ending when the wait runs out (pass &waitCtx)
 	turn    *turn           // the key's turn in the local line until a lock kept takes it; nil for a reader
 	slots   []names         // where the lock may be taken: one, or a limited key's places (limit.go)
 	key     string
@@ -151,7 +200,7 @@ func (k *contention) watch() {
 	} else {
 		k.w = k.c.notices.watch(k.slots[0].channel)
 	}
-	k.c.waitSubscribed(k.waitCtx, k.w) // or a release could slip past unnoticed
+	k.c.waitSubscribed(&k.waitCtx, k.w) // or a release could slip past unnoticed
 }
 
 // run is the head-of-line loop: try, and while busy wait for a release notice or a
@@ -170,7 +219,7 @@ func (k *contention) run() (*Lock, error) {
 		// Our release just reached other clients' waiters: give them the first go, so
 		// that instances take turns. Bounded: if none of them takes the key, we try.
 		k.watch()
-		c.yieldTo(k.waitCtx, k.w)
+		c.yieldTo(&k.waitCtx, k.w)
 	}
 	unavailable := 0
 	noticed := false // the last wait ended with a release notice
@@ -196,7 +245,7 @@ func (k *contention) run() (*Lock, error) {
 				res.unavailable.Key = k.key
 				return nil, res.unavailable
 			}
-			sleep(k.waitCtx, c.retryDelay(), nil)
+			sleep(&k.waitCtx, c.retryDelay(), nil)
 			continue
 		}
 		unavailable = 0
@@ -219,7 +268,7 @@ func (k *contention) run() (*Lock, error) {
 		if res.minPTTL > 0 && res.minPTTL < delay {
 			delay = res.minPTTL // the holder's key expires sooner than our next try
 		}
-		noticed = sleep(k.waitCtx, delay, wake) // or until a release notice
+		noticed = sleep(&k.waitCtx, delay, wake) // or until a release notice
 	}
 }
 
