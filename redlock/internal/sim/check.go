@@ -320,7 +320,10 @@ func (g *ledger) forced(kl *keyLedger, h *holder, slack time.Duration) bool {
 // at the lock's next renewal, as its giver would have: the handoff takes no round trip).
 // A joiner (no round of its own: Attempts 0) holds values an earlier reader of its
 // client took, when the ledger does not know: any delete of another client's force that
-// ran while it was inside may have freed it.
+// ran while it was inside may have freed it, and so may one that ran before it asked,
+// after its group's entry was taken: it joins within joinWindowMax of that, trusting the
+// entry as the reader that took it does (that reader learns of the delete at its next
+// renewal, and so does the joiner).
 func (g *ledger) freedAt(kl *keyLedger, h *holder, slack time.Duration) (time.Time, bool) {
 	if h.handed && h.from != nil {
 		return g.freedAt(kl, h.from, slack)
@@ -329,12 +332,18 @@ func (g *ledger) freedAt(kl *keyLedger, h *holder, slack time.Duration) (time.Ti
 	if entered.IsZero() {
 		entered = time.Now()
 	}
+	joiner := h.attempts == 0 && !h.handed && h.kind == kindShared
 	from := entered.Add(-slack) // a delete before h's winning round freed nothing of h
-	if h.set {
+	asked := h.asked
+	switch {
+	case h.set:
 		from = h.asked // AcquireAll took its first keys long before it returned
+	case joiner:
+		from = entered.Add(-slack - joinWindowMax) // its group's entry was taken by then
+		asked = from
 	}
 	for _, l := range kl.landed { // in the order they ran
-		if l.client == h.client || l.at.Before(h.asked) || l.at.Before(from) {
+		if l.client == h.client || l.at.Before(asked) || l.at.Before(from) {
 			continue
 		}
 		// A lock with rounds of its own holds values written after it asked.
@@ -344,6 +353,10 @@ func (g *ledger) freedAt(kl *keyLedger, h *holder, slack time.Duration) (time.Ti
 	}
 	return time.Time{}, false
 }
+
+// joinWindowMax is the longest a reader group takes joiners after its entry was taken
+// (redlock's joinWindow, readgroup.go: keep them alike).
+const joinWindowMax = 5 * time.Millisecond
 
 // tokenFreed reports whether h's token may be below an earlier holder's because a force
 // release freed h first (freedAt): every earlier holder with a token not below h's

@@ -98,6 +98,22 @@ func TestLedgerTokenOrderUnderForce(t *testing.T) {
 				asked: ms(380), entered: ms(403)}
 			return g.tokenFreed(kl, late, true)
 		}},
+		{"a joiner that asked after another client's force deleted its group's entry, below a writer that came after the delete", true, func() bool {
+			// Seed 821287770764 (CI, not replayed alone): the joiner trusts the entry it
+			// shares as the reader that took it does, until their next renewal.
+			g, kl, _ := world(2, [2]int{398, 405}, 400)
+			kl.tokens = append(kl.tokens, tokenEntry{readerToken, kindExclusive, ms(402)})
+			joiner := &holder{client: 1, key: "a", kind: kindShared, fencing: true, token: readerToken - 2000, attempts: 0,
+				asked: ms(403), entered: ms(403)}
+			return g.tokenFreed(kl, joiner, true)
+		}},
+		{"a joiner whose group's entry was taken after the delete", false, func() bool {
+			g, kl, _ := world(2, [2]int{198, 205}, 200)
+			kl.tokens = append(kl.tokens, tokenEntry{readerToken, kindExclusive, ms(202)})
+			joiner := &holder{client: 1, key: "a", kind: kindShared, fencing: true, token: readerToken - 2000, attempts: 0,
+				asked: ms(403), entered: ms(403)}
+			return g.tokenFreed(kl, joiner, true)
+		}},
 	} {
 		if got := tc.run(); got != tc.want {
 			t.Errorf("%s: tokenFreed = %v, want %v", tc.name, got, tc.want)
