@@ -50,7 +50,7 @@ func (c *Client) acquire(ctx context.Context, key string, o AcquireOptions, seve
 		}
 	} else {
 		var handed *Lock
-		k.turn, handed, queued, err = c.queues.take(&k.waitCtx, key, waiter{ttl: ttl, fencing: o.Fencing, mode: k.mode, since: start})
+		k.baton, handed, queued, err = c.queues.take(&k.waitCtx, key, waiter{ttl: ttl, fencing: o.Fencing, mode: k.mode, since: start})
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil, ctx.Err()
@@ -58,10 +58,10 @@ func (c *Client) acquire(ctx context.Context, key string, o AcquireOptions, seve
 			return nil, k.busy(0, 0)
 		}
 		if handed != nil {
-			if handed.keep(&k.turn) {
+			if handed.keep(&k.baton) {
 				return handed, nil
 			}
-			// Force released before we took it: the turn is ours, the lock is not.
+			// Force released before we took it: the baton is ours, the lock is not.
 			c.abandon(handed)
 		}
 	}
@@ -77,10 +77,10 @@ func (c *Client) acquire(ctx context.Context, key string, o AcquireOptions, seve
 	if err == nil && o.Shared {
 		c.readers.open(l)
 	}
-	// Unless the lock took the turn (keep), it is still ours: a failed wait, or a limited
+	// Unless the lock took the baton (keep), it is still ours: a failed wait, or a limited
 	// key, whose holder does not keep the line (the next local waiter tries the other
 	// places at once: limit.go).
-	k.turn.pass(false)
+	k.baton.pass(false)
 	return l, err
 }
 
@@ -174,7 +174,7 @@ type contention struct {
 	c       *Client
 	ctx     context.Context // the caller's
 	waitCtx waitContext     // ctx, ending when the wait runs out (pass &waitCtx)
-	turn    *turn           // the key's turn in the local line until a lock kept takes it; nil for a reader
+	baton   *baton          // the key's baton in the local line until a lock kept takes it; nil for a reader
 	slots   []names         // where the lock may be taken: one, or a limited key's places (limit.go)
 	key     string
 	owner   string // the random prefix of every value this call writes
@@ -195,8 +195,8 @@ func (k *contention) busy(attempts int, retryAfter time.Duration) error {
 // watch starts watching the key's release notices (every place of a limited key shares
 // the channel), through the local line's shared watch when there is one.
 func (k *contention) watch() {
-	if k.turn != nil {
-		k.w = k.turn.ensureWatch(k.c.notices, k.slots[0].channel)
+	if k.baton != nil {
+		k.w = k.baton.ensureWatch(k.c.notices, k.slots[0].channel)
 	} else {
 		k.w = k.c.notices.watch(k.slots[0].channel)
 	}
@@ -208,14 +208,14 @@ func (k *contention) watch() {
 func (k *contention) run() (*Lock, error) {
 	c := k.c
 	k.owner = rand.Text() + ":" // 130 random bits: values must be unguessable (they allow release)
-	if k.turn == nil {
+	if k.baton == nil {
 		defer func() {
 			if k.w != nil {
 				k.w.unwatch()
 			}
 		}()
 	}
-	if k.turn != nil && k.turn.takeYield() {
+	if k.baton != nil && k.baton.takeYield() {
 		// Our release just reached other clients' waiters: give them the first go, so
 		// that instances take turns. Bounded: if none of them takes the key, we try.
 		k.watch()
@@ -298,7 +298,7 @@ func (k *contention) try(attempt int) (l *Lock, res attemptResult, retry bool) {
 	// holder registered (ForceRelease marks the holder lost) and deleted our SETs: the
 	// lock cannot be trusted. Give it up and, while the wait lasts, try again (the key
 	// was just freed).
-	line := &k.turn
+	line := &k.baton
 	if len(k.slots) > 1 {
 		line = nil // a place of a limited key: no line kept, no handoff
 	}
@@ -347,7 +347,7 @@ func (c *Client) newLock(nm names, key, value string, ttl time.Duration, fencing
 }
 
 // abandon gives up a lock just taken that cannot be trusted, without giving up the
-// key's turn in the local queue: it is marked lost, unregistered, and its value deleted
+// key's baton in the local queue: it is marked lost, unregistered, and its value deleted
 // on every node in the background (after its round's late replies without pipelining,
 // as in giveBack).
 func (c *Client) abandon(l *Lock) {

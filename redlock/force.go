@@ -16,10 +16,10 @@ import (
 
 // Force release and the client's own locks: the arguments
 //
-// A lock a force release ends while provisional never got the turn: its Acquire keeps it
-// and contends again (the turn is spent once, whatever order a release, a force release
-// and a handoff run in: state.go; TestForceReleaseLeavesTheTurnWithTheAcquire,
-// TestForceReleaseOfAHandedLockLeavesTheTurnWithItsWaiter).
+// A lock a force release ends while provisional never got the baton: its Acquire keeps it
+// and contends again (the baton is spent once, whatever order a release, a force release
+// and a handoff run in: state.go; TestForceReleaseLeavesTheBatonWithTheAcquire,
+// TestForceReleaseOfAHandedLockLeavesTheBatonWithItsWaiter).
 //
 // A force release of the key by the same client never misses a joiner (a reader that
 // shares the entry of a reader of its client: readgroup.go): the join checks for force
@@ -227,7 +227,7 @@ func forceDeletes(reply []any, keys []string, channel string) ([]string, []any, 
 }
 
 // forceBook is the force releases' bookkeeping, kept in queues (under queues.mu) because
-// a handoff checks it in the same step as it hands the turn on (turn.handTo).
+// a handoff checks it in the same step as it hands the baton on (baton.handTo).
 type forceBook struct {
 	// forcing counts the force releases under way per key: no handoff meanwhile.
 	forcing map[string]int

@@ -162,18 +162,18 @@ func TestForceReleaseDuringHandoff(t *testing.T) {
 
 // A force release that falls between a round's win and its Acquire keeping the lock
 // (the lock is registered, so ForceRelease marks it lost and releases it) must not pass
-// the key's turn on: the Acquire still owns it, gives the lock up and tries again. Passing
+// the key's baton on: the Acquire still owns it, gives the lock up and tries again. Passing
 // it let a second caller of this client contend for the key at the same time, and the
-// first one's release later passed the turn a second time. (Found by
+// first one's release later passed the baton a second time. (Found by
 // TestForceReleaseDuringHandoff under load: two owners' rounds interleaved on one key.)
-func TestForceReleaseLeavesTheTurnWithTheAcquire(t *testing.T) {
+func TestForceReleaseLeavesTheBatonWithTheAcquire(t *testing.T) {
 	servers := redistest.StartN(t, 3)
 	c := newTestClient(t, servers, fastOptions())
 	waitRunIDs(t, c)
 	ctx := context.Background()
 	const key = "turn"
 	ttl := 2 * time.Second
-	// The first caller owns the turn and its round just won (as in tryOnce and try).
+	// The first caller owns the baton and its round just won (as in tryOnce and try).
 	tn, _, _, err := c.queues.take(ctx, key, waiter{ttl: ttl, since: time.Now()})
 	if err != nil {
 		t.Fatal(err)
@@ -193,21 +193,21 @@ func TestForceReleaseLeavesTheTurnWithTheAcquire(t *testing.T) {
 	}
 	select {
 	case err := <-got:
-		t.Fatalf("the queued Acquire ran (%v) while the first still owned the key's turn", err)
+		t.Fatalf("the queued Acquire ran (%v) while the first still owned the key's baton", err)
 	case <-time.After(300 * time.Millisecond):
 	}
 	if l.keep(&tn) || tn == nil {
-		t.Fatal("kept a lock that a force release marked lost, or gave it the turn")
+		t.Fatal("kept a lock that a force release marked lost, or gave it the baton")
 	}
 	c.abandon(l)
-	tn.pass(false) // the first caller gives the turn back
+	tn.pass(false) // the first caller gives the baton back
 	select {
 	case err := <-got:
 		if err != nil {
 			t.Fatalf("queued Acquire: %v", err)
 		}
 	case <-time.After(5 * time.Second):
-		t.Fatal("the queued Acquire never got the turn")
+		t.Fatal("the queued Acquire never got the baton")
 	}
 }
 
@@ -228,11 +228,11 @@ func valueOnNodes(ctx context.Context, c *Client, key, value string) (int, error
 	return n, nil
 }
 
-// A force release of a lock handed to a waiter that has not taken it yet (its turn came
-// with the lock) must leave the turn with that waiter, which then contends for the key
-// itself: passing the turn on let a newcomer contend at the same time. (Found with an
+// A force release of a lock handed to a waiter that has not taken it yet (its baton came
+// with the lock) must leave the baton with that waiter, which then contends for the key
+// itself: passing the baton on let a newcomer contend at the same time. (Found with an
 // event log under TestForceReleaseDuringHandoff.)
-func TestForceReleaseOfAHandedLockLeavesTheTurnWithItsWaiter(t *testing.T) {
+func TestForceReleaseOfAHandedLockLeavesTheBatonWithItsWaiter(t *testing.T) {
 	servers := redistest.StartN(t, 3)
 	c := newTestClient(t, servers, fastOptions())
 	waitRunIDs(t, c)
@@ -243,14 +243,14 @@ func TestForceReleaseOfAHandedLockLeavesTheTurnWithItsWaiter(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// A waiter queues (as turn does), and is handed the lock with the turn; it has not
+	// A waiter queues (as baton does), and is handed the lock with the baton; it has not
 	// run yet to take it.
 	c.queues.mu.Lock()
 	q := c.queues.m[key]
 	w := waiter{ch: make(chan struct{}), ttl: ttl, since: time.Now()}
 	q.waiters = append(q.waiters, w)
 	q.refs++
-	tn := &turn{qs: c.queues, q: q} // the waiter's turn, as take makes it
+	tn := &baton{qs: c.queues, q: q} // the waiter's baton, as take makes it
 	c.queues.mu.Unlock()
 	if err := held.Release(ctx); err != nil {
 		t.Fatal(err)
@@ -263,15 +263,15 @@ func TestForceReleaseOfAHandedLockLeavesTheTurnWithItsWaiter(t *testing.T) {
 	if _, err := c.ForceRelease(ctx, key); err != nil {
 		t.Fatal(err)
 	}
-	// A newcomer must queue behind the waiter, not find the turn free.
+	// A newcomer must queue behind the waiter, not find the baton free.
 	got := acquireLater(ctx, c, key)
 	select {
 	case err := <-got:
-		t.Fatalf("a newcomer ran (%v) while the waiter owned the key's turn", err)
+		t.Fatalf("a newcomer ran (%v) while the waiter owned the key's baton", err)
 	case <-time.After(300 * time.Millisecond):
 	}
 	// The waiter takes what it was handed: a force-released lock, which it gives up,
-	// keeping the turn; it then gives the turn back.
+	// keeping the baton; it then gives the baton back.
 	handed := tn.takeHanded()
 	if handed == nil || handed.keep(&tn) || tn == nil {
 		t.Fatalf("took %v, want a force-released lock that is not kept", handed)
@@ -284,7 +284,7 @@ func TestForceReleaseOfAHandedLockLeavesTheTurnWithItsWaiter(t *testing.T) {
 			t.Fatalf("newcomer: %v", err)
 		}
 	case <-time.After(5 * time.Second):
-		t.Fatal("the newcomer never got the turn")
+		t.Fatal("the newcomer never got the baton")
 	}
 }
 

@@ -11,14 +11,14 @@ import (
 	"github.com/caddy-redlock/caddy-redlock/internal/redistest"
 )
 
-// The key's turn (queue.go) through every path at once: callers of one client on two
-// keys, with acquires cancelled at random moments (queued, or just as the turn or a
+// The key's baton (queue.go) through every path at once: callers of one client on two
+// keys, with acquires cancelled at random moments (queued, or just as the baton or a
 // handed lock reaches them: take's give-back), Release, HandOver with its Release now or
 // a little later, local handoffs, and force releases of the keys. Checked: never two
-// trusted holders of a key in this process (a turn owned twice, or a lock handed on
-// while another holder still trusts it), and afterwards no turn left unspent (the lines
+// trusted holders of a key in this process (a baton owned twice, or a lock handed on
+// while another holder still trusts it), and afterwards no baton left unspent (the lines
 // are gone, each key can be taken), no lock left registered. Pipelined and not.
-func TestTurnUnderCancelsHandOversAndForces(t *testing.T) {
+func TestBatonUnderCancelsHandOversAndForces(t *testing.T) {
 	skipShort(t)
 	servers := redistest.StartN(t, 3)
 	for _, nopipe := range []bool{false, true} {
@@ -81,7 +81,7 @@ func turnStress(t *testing.T, c *Client) {
 				key := keys[rand.IntN(len(keys))]
 				ctx, cancel := context.WithCancel(context.Background())
 				if rand.IntN(3) == 0 {
-					// Cancel at a random moment: queued, just handed the turn, or later.
+					// Cancel at a random moment: queued, just handed the baton, or later.
 					time.AfterFunc(time.Duration(rand.IntN(3000))*time.Microsecond, func() {
 						cancels.Add(1)
 						cancel()
@@ -128,7 +128,7 @@ func turnStress(t *testing.T, c *Client) {
 	})
 	wg.Wait()
 	t.Logf("pipelining=%v: acquired %d (handed %d), forced %d, cancels %d", !c.opt.DisablePipelining, got.Load(), handed.Load(), forced.Load(), cancels.Load())
-	// No turn left out: the lines are gone and each key is free at once.
+	// No baton left out: the lines are gone and each key is free at once.
 	if !eventually(3*time.Second, func() bool {
 		c.queues.mu.Lock()
 		defer c.queues.mu.Unlock()

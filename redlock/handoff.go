@@ -39,7 +39,7 @@ func (c *Client) handoff(l *Lock, forces uint64) bool {
 		return false
 	}
 	// Provisional until its waiter takes it (Acquire, keep): a force release meanwhile
-	// leaves the turn with that waiter (take returned it), which then contends for the
+	// leaves the baton with that waiter (take returned it), which then contends for the
 	// key itself.
 	next := &Lock{c: c, nm: l.nm, key: l.key, value: l.value, ttl: l.ttl, fencing: l.fencing, mode: l.mode,
 		tokenMax: l.tokenMax, settled: l.settled, streak: l.streak + 1, handed: true, waited: true,
@@ -47,7 +47,7 @@ func (c *Client) handoff(l *Lock, forces uint64) bool {
 	if l.fencing {
 		next.token = l.token + 1
 	}
-	if !l.turn.handTo(next, forces, suits(l), func(w waiter) {
+	if !l.baton.handTo(next, forces, suits(l), func(w waiter) {
 		next.acquiredAt = w.since
 		next.startUntil(until)
 		c.replaceHeld(l, next)
@@ -66,7 +66,7 @@ func (c *Client) handoffAllowed(l *Lock) (until time.Time, ok bool) {
 		return until, false
 	}
 	l.mu.Lock()
-	until, line := l.until, l.turn != nil // a lock without a line (or not kept) is never handed on
+	until, line := l.until, l.baton != nil // a lock without a line (or not kept) is never handed on
 	l.mu.Unlock()
 	if !line {
 		return until, false
@@ -88,7 +88,7 @@ func (c *Client) handoffLikely(l *Lock) bool {
 	if _, ok := c.handoffAllowed(l); !ok || l.err() != nil {
 		return false
 	}
-	return l.turn.headAccepts(suits(l))
+	return l.baton.headAccepts(suits(l))
 }
 
 // handoffReserve is how many tokens above its own an acquire with fencing asks the nodes

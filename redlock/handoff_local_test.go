@@ -176,7 +176,7 @@ func TestHandoffLimitAndCompatibility(t *testing.T) {
 }
 
 // Every holder gets its own fencing token, above every earlier one, whether the lock was
-// handed over or taken in Redis, also when another client takes its turn in between.
+// handed over or taken in Redis, also when another client takes its baton in between.
 func TestHandoffFencingTokensIncrease(t *testing.T) {
 	servers := redistest.StartN(t, 3)
 	opt := fastOptions()

@@ -35,11 +35,11 @@ type Lock struct {
 	// while it can): state.go has both and the moves between states.
 	state lockState
 	cause error
-	// turn is the key's turn in the local line, once keep moved it here from the Acquire
+	// baton is the key's baton in the local line, once keep moved it here from the Acquire
 	// (nil before, and for a lock without a line: a reader, a place of a limited key).
 	// Written once, by keep, under mu and before the state leaves provisional: whoever
 	// has seen the lock held or releasing under mu may read it without mu (the handoff).
-	turn *turn
+	baton *baton
 	// done is cancelled, with cause as its cause, the moment the lock is lost or
 	// released (Context).
 	done      context.Context
@@ -372,7 +372,7 @@ func (l *Lock) endLocally() bool {
 	return trusted
 }
 
-// releaseInRedis deletes the lock on all nodes and passes the turn to the next local
+// releaseInRedis deletes the lock on all nodes and passes the baton to the next local
 // waiter (after the deletes).
 func (l *Lock) releaseInRedis(ctx context.Context) error {
 	c := l.c
@@ -386,11 +386,11 @@ func (l *Lock) releaseInRedis(ctx context.Context) error {
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.opt.NodeTimeout)
 	defer cancel()
-	// The turn is the lock's only if its Acquire kept it (keep, before this release
+	// The baton is the lock's only if its Acquire kept it (keep, before this release
 	// began): a lock a force release released while provisional leaves it with its
 	// Acquire.
 	l.mu.Lock()
-	t := l.turn
+	t := l.baton
 	l.mu.Unlock()
 	subscribed := t != nil && t.subscribed()
 	deleted, others, errs := c.releaseOnNodes(ctx, l.nm, l.value, nil, subscribed)

@@ -34,19 +34,19 @@ func TestLockMoves(t *testing.T) {
 	}
 }
 
-// keep moves the turn from the Acquire into the lock, once; a lock already lost or being
-// released is not kept and the turn stays with the Acquire.
-func TestKeepMovesTheTurn(t *testing.T) {
+// keep moves the baton from the Acquire into the lock, once; a lock already lost or being
+// released is not kept and the baton stays with the Acquire.
+func TestKeepMovesTheBaton(t *testing.T) {
 	qs := newQueues()
 	tn, _, _, err := qs.take(context.Background(), "k", waiter{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	l := &Lock{key: "k", state: provisional}
-	if !l.keep(&tn) || tn != nil || l.turn == nil || l.state != held {
-		t.Fatalf("keep: turn left with the Acquire %v, lock's %v, state %v", tn, l.turn, l.state)
+	if !l.keep(&tn) || tn != nil || l.baton == nil || l.state != held {
+		t.Fatalf("keep: baton left with the Acquire %v, lock's %v, state %v", tn, l.baton, l.state)
 	}
-	again := &turn{}
+	again := &baton{}
 	if l.keep(&again) || again == nil {
 		t.Fatal("a held lock was kept twice")
 	}
@@ -55,17 +55,17 @@ func TestKeepMovesTheTurn(t *testing.T) {
 		{key: "k", state: releasing},
 		{key: "k", state: released},
 	} {
-		mine := &turn{}
-		if l.keep(&mine) || mine == nil || l.turn != nil {
-			t.Errorf("kept a lock in state %v (cause %v), or took the turn", l.state, l.cause)
+		mine := &baton{}
+		if l.keep(&mine) || mine == nil || l.baton != nil {
+			t.Errorf("kept a lock in state %v (cause %v), or took the baton", l.state, l.cause)
 		}
 	}
 }
 
-// A turn goes to the next waiter at most once: passing or handing a spent turn does
+// A baton goes to the next waiter at most once: passing or handing a spent baton does
 // nothing, so a holder's release and a second path (a force release, a handoff) cannot
-// give two waiters the key's turn at once.
-func TestTurnIsSpentOnce(t *testing.T) {
+// give two waiters the key's baton at once.
+func TestBatonIsSpentOnce(t *testing.T) {
 	qs := newQueues()
 	ctx := context.Background()
 	first, _, queued, err := qs.take(ctx, "k", waiter{})
@@ -73,7 +73,7 @@ func TestTurnIsSpentOnce(t *testing.T) {
 		t.Fatalf("first take: queued %v, %v", queued, err)
 	}
 	type taken struct {
-		tn     *turn
+		tn     *baton
 		handed *Lock
 	}
 	got := make(chan taken, 2)
@@ -93,17 +93,17 @@ func TestTurnIsSpentOnce(t *testing.T) {
 	second := (<-got).tn
 	first.pass(false) // spent: must not wake the third
 	if first.handTo(&Lock{}, qs.forceNow("k"), func(waiter) bool { return true }, func(waiter) {}) {
-		t.Fatal("a spent turn handed a lock on")
+		t.Fatal("a spent baton handed a lock on")
 	}
 	select {
 	case <-got:
-		t.Fatal("a spent turn was passed again: two callers own the key's turn")
+		t.Fatal("a spent baton was passed again: two callers own the key's baton")
 	case <-time.After(100 * time.Millisecond):
 	}
 	if n := qs.waiting()["k"]; n != 1 {
 		t.Fatalf("%d waiting, want 1", n)
 	}
-	// The second caller hands its turn on with a lock: the third gets both.
+	// The second caller hands its baton on with a lock: the third gets both.
 	l := &Lock{key: "k"}
 	if !second.handTo(l, qs.forceNow("k"), func(waiter) bool { return true }, func(waiter) {}) {
 		t.Fatal("handTo found no waiter")
@@ -115,7 +115,7 @@ func TestTurnIsSpentOnce(t *testing.T) {
 	second.pass(false) // spent by handTo: a no-op
 	third.tn.pass(false)
 	if n := len(qs.m); n != 0 {
-		t.Fatalf("%d lines left after every turn was spent", n)
+		t.Fatalf("%d lines left after every baton was spent", n)
 	}
 }
 

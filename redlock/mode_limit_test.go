@@ -121,7 +121,7 @@ func TestLimitLocalWaitersFIFO(t *testing.T) {
 			time.Sleep(20 * time.Millisecond) // the hold: a workload's duration
 			_ = l.Release(context.Background())
 		})
-		// Arrive in order: the first takes the line's turn, the others queue behind it.
+		// Arrive in order: the first takes the line's baton, the others queue behind it.
 		if !eventually(3*time.Second, func() bool {
 			return c.queues.writerWaits("pool") && c.Status().Waiting["pool"] == i
 		}) {

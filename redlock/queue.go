@@ -8,7 +8,7 @@ import (
 
 // queues serialize a process's own waiters per key: only the head of a key's queue
 // contends in Redis, the others wait here in arrival order without any Redis traffic and
-// without a goroutine of their own. The head's turn (a turn value, below) stays with the
+// without a goroutine of their own. The head's baton (a baton value, below) stays with the
 // lock it took while that is held and passes to the next waiter on release, together
 // with the lock itself when it can (handoff.go).
 type queues struct {
@@ -18,22 +18,22 @@ type queues struct {
 }
 
 type keyQueue struct {
-	key       string
-	turnTaken bool     // a turn of this line is out (unspent)
-	waiters   []waiter // FIFO
-	refs      int      // owner + waiters; the queue is dropped at 0
-	watch     *watch   // release-notice subscription, while someone waits
-	// handed is the lock that comes with the turn when the previous holder handed it
+	key      string
+	batonOut bool     // a baton of this line is out (unspent)
+	waiters  []waiter // FIFO
+	refs     int      // owner + waiters; the queue is dropped at 0
+	watch    *watch   // release-notice subscription, while someone waits
+	// handed is the lock that comes with the baton when the previous holder handed it
 	// over; the waiter whose channel was closed takes it.
 	handed *Lock
 	// yield asks the next head to let other clients take the key first: the release
-	// that passed the turn found them waiting (see Lock.Release).
+	// that passed the baton found them waiting (see Lock.Release).
 	yield bool
 }
 
-// waiter is one caller queued for a key's turn.
+// waiter is one caller queued for a key's baton.
 type waiter struct {
-	ch      chan struct{} // closed to hand over the turn
+	ch      chan struct{} // closed to hand over the baton
 	ttl     time.Duration // what it asked for: a lock is handed only to a waiter that
 	fencing bool          // wants the same ttl, fencing and mode (handoff.go, suits)
 	mode    mode
@@ -44,22 +44,22 @@ func newQueues() *queues {
 	return &queues{m: map[string]*keyQueue{}, forceBook: forceBook{forcing: map[string]int{}, forced: map[string]forceMark{}}}
 }
 
-// turn is one caller's turn at the head of a key's local line: a value with one owner
+// baton is one caller's baton at the head of a key's local line: a value with one owner
 // at a time (an Acquire, then the lock it kept: Lock.keep moves it). It is spent once, by
-// pass (the next waiter gets a turn of its own, or the line is freed) or by handTo (the
-// next waiter gets it together with the lock); a spent turn does nothing. So the turn
+// pass (the next waiter gets a baton of its own, or the line is freed) or by handTo (the
+// next waiter gets it together with the lock); a spent baton does nothing. So the baton
 // goes to the next waiter at most once per holder by construction, whatever order a
 // release, a force release and a handoff run in.
-type turn struct {
+type baton struct {
 	qs    *queues
 	q     *keyQueue
 	spent bool // guarded by qs.mu
 }
 
-// take waits for the key's turn. On success the caller owns the returned turn and must
+// take waits for the key's baton. On success the caller owns the returned baton and must
 // spend it exactly once (pass, or by keeping a lock that takes it: Lock.keep); the
-// returned lock is non-nil when the previous holder handed its lock over with the turn.
-func (qs *queues) take(ctx context.Context, key string, w waiter) (t *turn, handed *Lock, queued bool, err error) {
+// returned lock is non-nil when the previous holder handed its lock over with the baton.
+func (qs *queues) take(ctx context.Context, key string, w waiter) (t *baton, handed *Lock, queued bool, err error) {
 	qs.mu.Lock()
 	q := qs.m[key]
 	if q == nil {
@@ -67,9 +67,9 @@ func (qs *queues) take(ctx context.Context, key string, w waiter) (t *turn, hand
 		qs.m[key] = q
 	}
 	q.refs++
-	t = &turn{qs: qs, q: q}
-	if !q.turnTaken {
-		q.turnTaken = true
+	t = &baton{qs: qs, q: q}
+	if !q.batonOut {
+		q.batonOut = true
 		qs.mu.Unlock()
 		return t, nil, false, nil
 	}
@@ -93,10 +93,10 @@ func (qs *queues) take(ctx context.Context, key string, w waiter) (t *turn, hand
 		}
 	}
 	qs.mu.Unlock()
-	// The turn was handed to us as we gave up: pass it on, with the lock if one came
-	// (and is still held: one force released meanwhile left the turn with us).
+	// The baton was handed to us as we gave up: pass it on, with the lock if one came
+	// (and is still held: one force released meanwhile left the baton with us).
 	if l := t.takeHanded(); l != nil && l.keep(&t) {
-		_ = l.Release(context.Background()) // the lock owns the turn now: its release passes it
+		_ = l.Release(context.Background()) // the lock owns the baton now: its release passes it
 	} else {
 		if l != nil {
 			l.c.abandon(l)
@@ -106,8 +106,8 @@ func (qs *queues) take(ctx context.Context, key string, w waiter) (t *turn, hand
 	return nil, nil, true, ctx.Err()
 }
 
-// takeHanded takes the lock that came with the turn, if any (once).
-func (t *turn) takeHanded() *Lock {
+// takeHanded takes the lock that came with the baton, if any (once).
+func (t *baton) takeHanded() *Lock {
 	t.qs.mu.Lock()
 	defer t.qs.mu.Unlock()
 	l := t.q.handed
@@ -115,10 +115,10 @@ func (t *turn) takeHanded() *Lock {
 	return l
 }
 
-// pass spends the turn: the next waiter gets the turn, or the line is freed. yield is
-// passed on to the next head (ignored when nobody waits). A nil or spent turn does
+// pass spends the baton: the next waiter gets the baton, or the line is freed. yield is
+// passed on to the next head (ignored when nobody waits). A nil or spent baton does
 // nothing.
-func (t *turn) pass(yield bool) {
+func (t *baton) pass(yield bool) {
 	if t == nil {
 		return
 	}
@@ -135,7 +135,7 @@ func (t *turn) pass(yield bool) {
 		q.handed, q.yield = nil, yield
 		close(next.ch)
 	} else {
-		q.turnTaken, q.yield = false, false
+		q.batonOut, q.yield = false, false
 	}
 	w := qs.dropRefLocked(q)
 	qs.mu.Unlock()
@@ -144,11 +144,11 @@ func (t *turn) pass(yield bool) {
 	}
 }
 
-// handTo spends the turn by giving it, together with lock l, to the next waiter if there
+// handTo spends the baton by giving it, together with lock l, to the next waiter if there
 // is one and accept(it) says the lock suits it, and reports whether it did (else the
-// turn stays unspent). register runs under the queue lock before the waiter can see l
+// baton stays unspent). register runs under the queue lock before the waiter can see l
 // (so the client's table never lists a lock its holder released).
-func (t *turn) handTo(l *Lock, forces uint64, accept func(waiter) bool, register func(next waiter)) bool {
+func (t *baton) handTo(l *Lock, forces uint64, accept func(waiter) bool, register func(next waiter)) bool {
 	qs, q := t.qs, t.q
 	qs.mu.Lock()
 	defer qs.mu.Unlock()
@@ -169,7 +169,7 @@ func (t *turn) handTo(l *Lock, forces uint64, accept func(waiter) bool, register
 }
 
 // headAccepts reports whether handTo would find a waiter now (see handTo).
-func (t *turn) headAccepts(accept func(waiter) bool) bool {
+func (t *baton) headAccepts(accept func(waiter) bool) bool {
 	qs, q := t.qs, t.q
 	qs.mu.Lock()
 	defer qs.mu.Unlock()
@@ -177,7 +177,7 @@ func (t *turn) headAccepts(accept func(waiter) bool) bool {
 }
 
 // takeYield reports (once) whether the head should let other clients go first.
-func (t *turn) takeYield() bool {
+func (t *baton) takeYield() bool {
 	t.qs.mu.Lock()
 	defer t.qs.mu.Unlock()
 	y := t.q.yield
@@ -186,7 +186,7 @@ func (t *turn) takeYield() bool {
 }
 
 // subscribed reports whether this client listens for the key's release notices.
-func (t *turn) subscribed() bool {
+func (t *baton) subscribed() bool {
 	t.qs.mu.Lock()
 	defer t.qs.mu.Unlock()
 	return t.q.watch != nil
@@ -217,7 +217,7 @@ func (qs *queues) waiting() map[string]int {
 }
 
 // ensureWatch subscribes the line to its key's release notices (once per line life).
-func (t *turn) ensureWatch(n *notifier, channel string) *watch {
+func (t *baton) ensureWatch(n *notifier, channel string) *watch {
 	t.qs.mu.Lock()
 	defer t.qs.mu.Unlock()
 	if t.q.watch == nil {

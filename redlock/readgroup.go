@@ -355,7 +355,7 @@ func (rg *readGroups) leave(g *readGroup) (last bool) {
 	return true
 }
 
-// writerWaits reports whether a caller of this client owns the key's turn: a writer (a
+// writerWaits reports whether a caller of this client owns the key's baton: a writer (a
 // reader never takes a turn) contending for the key, since readers of this client hold
 // it. Read here rather than in queue.go to keep the reader-side rule in one file.
 func (qs *queues) writerWaits(key string) bool {
@@ -366,5 +366,5 @@ func (qs *queues) writerWaits(key string) bool {
 
 func (qs *queues) writerWaitsLocked(key string) bool {
 	q := qs.m[key]
-	return q != nil && q.turnTaken
+	return q != nil && q.batonOut
 }

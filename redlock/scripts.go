@@ -334,7 +334,7 @@ return set
 
 // releaseScript is compare-and-delete, then a notice to waiters.
 // KEYS[1] lock; ARGV[1] value, ARGV[2] the releasing client's id (the notice payload: a
-// client ignores its own notices, whose waiters it hands the turn to directly). The
+// client ignores its own notices, whose waiters it hands the baton to directly). The
 // notice goes on the key's release channel: the lock's name and channelSuffix (names.go),
 // made here rather than sent (every argument costs the node a little on every call),
 // or, for a place of a limited key (whose waiters listen on the key's channel), ARGV[3].

@@ -4,8 +4,8 @@ package redlock
 //
 // A lock's life is one field, Lock.state (guarded by Lock.mu), changed only through move
 // with the transitions listed in lockMoves: a round takes it (provisional: its Acquire
-// has not kept it yet, and owns the key's turn meanwhile), Acquire keeps it (held:
-// renewed by KeepAlive, watched through Context; keep moves the turn into it), Release or
+// has not kept it yet, and owns the key's baton meanwhile), Acquire keeps it (held:
+// renewed by KeepAlive, watched through Context; keep moves the baton into it), Release or
 // HandOver begin its end (releasing: no renewal from here), and it ends handed on (to a
 // local waiter, which gets a new provisional Lock for the same value in Redis), released
 // (deleted in Redis, or given up by abandon), or unreleased until the next Release when
@@ -23,23 +23,23 @@ package redlock
 // renewal in flight may find it gone while its Release is waiting for that renewal), and
 // the release then decides with it (hand on only what is still trusted).
 //
-// The turn spent once. The key's turn in the local line (queue.go, turn) is a value that
+// The baton spent once. The key's baton in the local line (queue.go, baton) is a value that
 // one owner at a time holds, and it moves with the same steps: the Acquire owns it while
 // the lock is provisional, keep moves it into the lock, and the lock's handoff or its
 // release in Redis spends it. It is spent once: by pass (to the next waiter, or the line
 // is freed) or by handTo (with the lock), so it goes on at most once per holder whatever
-// order a release, a force release and a handoff run in (TestKeepMovesTheTurn,
-// TestTurnIsSpentOnce, TestTurnUnderCancelsHandOversAndForces).
+// order a release, a force release and a handoff run in (TestKeepMovesTheBaton,
+// TestBatonIsSpentOnce, TestBatonUnderCancelsHandOversAndForces).
 
 // lockState is where a lock is in its life (the states and their moves: above).
 type lockState uint8
 
 const (
 	// provisional: a round just took the lock, or a holder just handed it on, and the
-	// Acquire it is for has not kept it yet: that Acquire owns the key's turn and may
+	// Acquire it is for has not kept it yet: that Acquire owns the key's baton and may
 	// still give the lock up (abandon).
 	provisional lockState = iota
-	// held: its Acquire returned it. It carries the key's turn (Lock.turn, when it has a
+	// held: its Acquire returned it. It carries the key's baton (Lock.baton, when it has a
 	// line), KeepAlive renews it, its Context watches it.
 	held
 	// releasing: Release or HandOver began (or a force release's Release of a lock not yet
@@ -48,7 +48,7 @@ const (
 	// unreleased: HandOver ended it here but could not hand it on; the next Release
 	// deletes it in Redis.
 	unreleased
-	// handedOn: given, with the turn, to the next local holder, whose own Lock (a new,
+	// handedOn: given, with the baton, to the next local holder, whose own Lock (a new,
 	// provisional one for the same value in Redis) carries it on. Final.
 	handedOn
 	// released: deleted in Redis (or left to expire where that failed), or given up by
@@ -98,20 +98,20 @@ func (l *Lock) move(to lockState) bool {
 	return l.moveLocked(to)
 }
 
-// keep ends a lock's provisional state as its Acquire returns it, moving the key's turn
+// keep ends a lock's provisional state as its Acquire returns it, moving the key's baton
 // from the Acquire into the lock (t is the Acquire's: on success *t is nil and the lock
 // owns it; nil for a lock without a line: a reader, a place of a limited key). It
 // refuses when a force release already marked the lock lost or released it: the caller
-// then gives it up (abandon) and keeps the turn, like a lock the force release began too
+// then gives it up (abandon) and keeps the baton, like a lock the force release began too
 // late to mark.
-func (l *Lock) keep(t **turn) bool {
+func (l *Lock) keep(t **baton) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.cause != nil || !l.moveLocked(held) {
 		return false
 	}
 	if t != nil {
-		l.turn, *t = *t, nil
+		l.baton, *t = *t, nil
 	}
 	return true
 }
