@@ -5,8 +5,14 @@ GO ?= go
 
 ## test: what CI runs: formatting, vet (all three modules), the race-enabled test suite,
 ## short fuzz runs and the short chaos suite.
+# TEST_P: packages tested at once. The root and redlock packages each drive real
+# redis-servers and Caddy processes with node timeouts of 100 ms; on two cores under
+# -race, run side by side, they starve each other's timers (a failed first acquire, a
+# late reader), so there they run one at a time (a few minutes longer).
+TEST_P ?= $(shell n=$$(nproc 2>/dev/null || echo 1); if [ $$n -le 2 ]; then echo 1; else echo $$n; fi)
+
 test: deps vet
-	$(GO) test -race -count=1 -timeout 20m ./...
+	$(GO) test -race -count=1 -p $(TEST_P) -timeout 30m ./...
 	$(MAKE) fuzz-short
 	$(MAKE) chaos-short
 
