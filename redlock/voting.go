@@ -217,6 +217,7 @@ func within(a, b time.Time, d time.Duration) bool {
 func (n *node) facts() nodeFacts {
 	n.mu.Lock()
 	f := n.factsLocked()
+	f.mark, f.markedAt = markOf(n.marker, n.runID), n.markedAt
 	n.mu.Unlock()
 	if s := n.startedAt.Load(); s != 0 {
 		f.startedAt = time.Unix(0, s)
@@ -224,10 +225,10 @@ func (n *node) facts() nodeFacts {
 	return f
 }
 
-// factsLocked is what facts reads under n.mu (not startedAt: an atomic).
+// factsLocked is what the loss rule reads under n.mu, on every round for every node
+// (restarted, grantHolds): not the marks, which only a young node's vote needs (facts).
 func (n *node) factsLocked() nodeFacts {
-	return nodeFacts{lossSeen: n.lossSeen, lossCause: n.lossCause, markerDue: n.markerDue,
-		mark: markOf(n.marker, n.runID), markedAt: n.markedAt}
+	return nodeFacts{lossSeen: n.lossSeen, lossCause: n.lossCause, markerDue: n.markerDue}
 }
 
 // allFacts gathers the facts of every node of the client.
