@@ -11,6 +11,10 @@ import (
 // its trace). A later change to the lock or to the simulation may give a seed another
 // schedule, which then proves nothing: replay it on a build with the fix taken out, and if
 // it no longer fails there, find another seed that does (docs/simulation.md says how).
+//
+// Seeds with a late client (144522392587, 144522392612, 144522393418, 363479123125 among
+// those below) give other schedules since the young-node program was planned ahead of
+// the other faults (faults.go, young): what they were kept for is not re-checked yet.
 var regressionSeeds = []struct {
 	seed uint64
 	what string
