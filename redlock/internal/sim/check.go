@@ -147,6 +147,8 @@ type ledger struct {
 	// gave is that holder: a handed lock holds its values (forced).
 	handing map[handKey]holdMode
 	gave    map[handKey]*holder
+	// note, when set (SIM_TRACE), traces entries and exits.
+	note func(format string, args ...any)
 }
 
 func newLedger(t0 time.Time, lastFault func() string) *ledger {
@@ -223,7 +225,13 @@ func (g *ledger) enter(h *holder) bool {
 	defer g.mu.Unlock()
 	h.entered = time.Now()
 	if !trusted(h.l) {
+		if g.note != nil {
+			g.note("%s on %q not entered (not trusted): %s", h.who, h.key, h)
+		}
 		return false
+	}
+	if g.note != nil {
+		g.note("%s on %q enters: %s", h.who, h.key, h)
 	}
 	kl := g.key(h.key)
 	if h.handed {
@@ -297,6 +305,9 @@ func (g *ledger) exit(h *holder) {
 		return
 	}
 	delete(kl.inside, h)
+	if g.note != nil {
+		g.note("%s on %q exits: %s", h.who, h.key, h)
+	}
 	if trusted(h.l) {
 		g.checkAgainst(kl, h)
 	}

@@ -102,11 +102,12 @@ const (
 	fForce
 	fFlushTwice
 	fMajorityRestart // beyond the assumptions
+	fHold            // a program's acquire: a client takes a key exclusive and holds it (the young program)
 	nFaultKinds
 )
 
 var faultNames = [...]string{"slow", "loss", "partition", "pause", "restart", "restart-last-second", "flushall",
-	"evict", "script-flush", "drop-conns", "notices", "gc-pause", "force-release", "flushall-twice", "majority-restart"}
+	"evict", "script-flush", "drop-conns", "notices", "gc-pause", "force-release", "flushall-twice", "majority-restart", "hold"}
 
 func (k faultKind) String() string { return faultNames[k] }
 
@@ -133,6 +134,8 @@ func (f fault) String() string {
 		s += fmt.Sprintf(" client %d for %v", f.client, f.dur)
 	case fForce:
 		s += fmt.Sprintf(" of %q by client %d", f.key, f.client)
+	case fHold:
+		s += fmt.Sprintf(" of %q by client %d (wait %v) for %v", f.key, f.client, f.by, f.dur)
 	case fEvict:
 		s += fmt.Sprintf(" %d keys on nodes %v", f.keys, f.nodes)
 	case fMajorityRestart:
@@ -167,6 +170,7 @@ func (w *World) plan(p params) []fault {
 		return len(nodes) <= spare
 	}
 	end := cfg.Duration - 100*time.Millisecond
+	program, quietFrom, quietTo := w.young(p, &losses)
 	for at := time.Duration(r.Int64N(int64(p.faultEvery))); at < end; at += time.Duration(r.Int64N(int64(2*p.faultEvery))) + time.Millisecond {
 		f := fault{kind: faultKind(r.IntN(int(fMajorityRestart))), at: at, node: r.IntN(cfg.Nodes), client: r.IntN(cfg.Clients)}
 		if cfg.Beyond && r.IntN(20) == 0 {
@@ -232,29 +236,65 @@ func (w *World) plan(p params) []fault {
 		}
 		out = append(out, f)
 	}
-	if p.lateStart > 0 && !cfg.Skip["young"] {
-		// The late client meets a node that restarted a moment before it started, not
-		// with most nodes (young: voting.go), while an earlier client, cut off from two
-		// other nodes, held its locks on a bare majority that included that node.
-		q := p.ttl + time.Duration(float64(p.ttl)*driftFactor) + 2*time.Millisecond
-		node := r.IntN(cfg.Nodes)
-		at := max(p.lateStart-time.Duration(r.Int64N(int64(q))), 0)
-		if lossOK(at, node) {
-			f := fault{kind: fRestart, at: at, node: node, dur: time.Duration(20+r.IntN(50)) * time.Millisecond}
-			losses = append(losses, f)
-			others := []int{}
-			for _, n := range r.Perm(cfg.Nodes) {
-				if n != node && len(others) < 2 {
-					others = append(others, n)
-				}
-			}
-			cutAt := max(at-p.ttl, 0)
-			out = append(out, f, fault{kind: fPartition, at: cutAt, client: r.IntN(max(cfg.Clients-1, 1)), nodes: others,
-				dur: min(2*p.ttl+q, end-cutAt)})
-		}
+	if len(program) > 0 {
+		// No other fault while the program runs: one that cut A off from x, y or z, or
+		// held up C's first acquire, would only keep the moment from happening.
+		out = slices.DeleteFunc(out, func(f fault) bool { return f.at <= quietTo && f.at+f.dur >= quietFrom })
+		out = append(out, program...)
 	}
 	slices.SortStableFunc(out, func(a, b fault) int { return int(a.at - b.at) })
 	return out
+}
+
+// young is the program of a late client meeting a young node (voting.go: young, Fresh
+// start), planned before the other faults so that it is never crowded out by their data
+// losses (at most N - quorum nodes lose data within a window), from a stream of its own.
+// An earlier client A, cut off from two nodes, takes key k on a bare majority {x, y, z}
+// and holds it, without renewing, until its validity ends; x restarts empty a moment
+// later, a moment before the late client C starts; C's first acquire is k. The other
+// nodes of C's majority can only be the two A is cut off from, and x, which lost A's
+// lock: x must not vote for C (it began less than a quarantine ago, and it did not start
+// together with most nodes: their markers carry another client's mark). With the
+// young-node rule or the fresh-start marks taken out, x votes and C holds k while A
+// still trusts it (two holders). The marks matter only while the other nodes look young
+// to C too (their INFO uptime under two seconds, or markers made less than a quarantine
+// ago), so in about half of these schedules.
+//
+// It returns the program's faults and the span in which no other fault may run.
+func (w *World) young(p params, losses *[]fault) (program []fault, quietFrom, quietTo time.Duration) {
+	cfg := w.cfg
+	if p.lateStart <= 0 || cfg.Skip["young"] || cfg.Clients < 2 || cfg.Nodes < 3 {
+		return nil, 0, 0
+	}
+	r := rand.New(rand.NewPCG(w.seed, 0x7a7e))
+	late := cfg.Clients - 1
+	down := time.Duration(20+r.IntN(50)) * time.Millisecond
+	// x is back up a moment (under ttl/8) before C starts; A takes k ttl/4 before x goes
+	// down, waiting at most ttl/8, so its lock (valid until about a ttl after it was
+	// taken) is still trusted when C's first acquire, under ttl/8 after C's start,
+	// returns.
+	at := p.lateStart - down - time.Duration(r.Int64N(int64(p.ttl/8)))
+	holdAt := at - p.ttl/4
+	node, a, key := r.IntN(cfg.Nodes), r.IntN(late), keys[r.IntN(len(keys))]
+	others := []int{}
+	for _, n := range r.Perm(cfg.Nodes) {
+		if n != node && len(others) < 2 {
+			others = append(others, n)
+		}
+	}
+	askAt := p.lateStart + time.Millisecond + time.Duration(r.Int64N(int64(p.ttl/8)))
+	if holdAt < 5*time.Millisecond {
+		return nil, 0, 0 // C starts too early: A could not take k before x restarts
+	}
+	f := fault{kind: fRestart, at: at, node: node, dur: down}
+	*losses = append(*losses, f)
+	cutAt := holdAt - 2*time.Millisecond
+	return []fault{
+		{kind: fPartition, at: cutAt, client: a, nodes: others, dur: 2 * p.ttl},
+		{kind: fHold, at: holdAt, client: a, key: key, by: p.ttl / 8, dur: p.ttl},
+		f,
+		{kind: fHold, at: askAt, client: late, key: key, by: p.ttl / 2, dur: 2 * time.Millisecond},
+	}, cutAt - p.ttl/4, askAt + p.ttl/2
 }
 
 // fault starts one planned fault (world loop); faults with a duration end by events of
@@ -311,6 +351,8 @@ func (w *World) fault(f fault) {
 		w.dropConns(w.nodes[f.node])
 	case fForce:
 		w.force(f.client, f.key)
+	case fHold:
+		w.hold(f)
 	}
 }
 

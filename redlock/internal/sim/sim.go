@@ -106,6 +106,10 @@ func Run(seed uint64, cfg Config) Result {
 	}()
 	g := newLedger(w.t0, w.lastFault)
 	g.forceSlack = 3 * p.nodeTimeout
+	if w.trace != nil {
+		g.note = func(format string, args ...any) { w.note("lock", format, args...) }
+		w.note("param", "%s", res.Params)
+	}
 	for _, f := range plan {
 		w.at(w.t0.Add(f.at), func() { w.fault(f) })
 	}

@@ -75,6 +75,12 @@ func (wl *workload) run(start func(ci int) *redlock.Client) {
 			wl.g.forceEnds(key, ci, start)
 		})
 	}
+	wl.w.onHold = func(ci int, key string, wait, hold time.Duration) {
+		wl.bg.Go(func() {
+			<-wl.ready[ci]
+			wl.holdOnce(ci, key, wait, hold)
+		})
+	}
 	wl.w.onForceLanded = wl.g.forceLanded
 	wl.w.onGC = func(ci int, until time.Time) {
 		wl.mu.Lock()
@@ -92,6 +98,7 @@ func (wl *workload) run(start func(ci int) *redlock.Client) {
 		}
 		workers.Go(func() {
 			time.Sleep(at)
+			wl.w.note("client", "client %d starts", ci)
 			wl.clients[ci] = start(ci)
 			close(wl.ready[ci])
 			var mine sync.WaitGroup
@@ -260,6 +267,41 @@ func (wl *workload) hold(ci int, who string, r role, locks []*redlock.Lock, rng 
 		}
 		_ = l.Release(context.Background())
 	}
+}
+
+// holdOnce is a fault program's acquire (faults.go, young): client ci takes key
+// exclusive, waiting at most wait, and holds it for hold or until it is no longer
+// trusted, without renewing it.
+func (wl *workload) holdOnce(ci int, key string, wait, hold time.Duration) {
+	who := fmt.Sprintf("c%d/program", ci)
+	asked := time.Now()
+	wl.acquires.Add(1)
+	l, err := wl.clients[ci].Acquire(context.Background(), key, redlock.AcquireOptions{Wait: wait})
+	if err != nil {
+		var busy *redlock.BusyError
+		var unav *redlock.UnavailableError
+		if !errors.As(err, &busy) && !errors.As(err, &unav) && !errors.Is(err, context.Canceled) {
+			wl.g.violation("error", "%s: acquire: %v", who, err)
+		}
+		return
+	}
+	wl.ops.Add(2)
+	i := l.Info()
+	h := &holder{l: l, client: ci, asked: asked, key: i.Key, who: who, kind: kindExclusive, token: l.Token(), handed: i.Handed,
+		attempts: i.Attempts}
+	if wl.g.enter(h) {
+		ctx, cancel := l.Context(context.Background())
+		t := time.NewTimer(hold)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+		}
+		t.Stop()
+		cancel()
+		wl.g.exit(h)
+	}
+	wl.g.released(h)
+	_ = l.Release(context.Background())
 }
 
 // probeFree checks liveness once the load stopped: every key is taken, by an exclusive

@@ -41,6 +41,7 @@ type World struct {
 	onForceLanded func(key string, client int)
 	forceSHA      map[string]bool
 	onGC          func(client int, until time.Time)
+	onHold        func(client int, key string, wait, hold time.Duration)
 }
 
 type worldStats struct {
@@ -466,6 +467,12 @@ func traceArgs(args []string) string {
 func (w *World) force(ci int, key string) {
 	if w.onForce != nil {
 		w.onForce(ci, key)
+	}
+}
+
+func (w *World) hold(f fault) {
+	if w.onHold != nil {
+		w.onHold(f.client, f.key, f.by, f.dur)
 	}
 }
 
