@@ -129,8 +129,9 @@ func (wl *workload) worker(ci int, who string, r role, rng *rand.Rand) {
 	c := wl.clients[ci]
 	ttl := wl.p.ttl
 	for time.Now().Before(wl.stop) {
-		// Think, then ask.
-		time.Sleep(50*time.Millisecond + time.Duration(rng.Int64N(int64(150*time.Millisecond))))
+		// Think, then ask. 120 to 480 ms: a schedule's cost is about its lock operations
+		// (ten commands each), and this many keep the three keys contended (docs/simulation.md, "Speed").
+		time.Sleep(120*time.Millisecond + time.Duration(rng.Int64N(int64(360*time.Millisecond))))
 		wl.stall(ci)
 		o := redlock.AcquireOptions{Wait: time.Duration(rng.Int64N(int64(3 * ttl))), Fencing: r.fence, Shared: r.kind == kindShared}
 		if r.kind == kindLimit {
@@ -227,10 +228,18 @@ func (wl *workload) hold(ci int, who string, r role, locks []*redlock.Lock, rng 
 			wl.joinUnderForce(ci, who, r, holders[0], rng.Int64N(int64(2*time.Millisecond)))
 		}
 		d := time.Duration(rng.Int64N(int64(3 * time.Millisecond)))
-		if rng.IntN(8) == 0 { // a long hold, kept alive
+		renewed := true
+		if rng.IntN(8) == 0 { // a long hold: kept alive, or worked to the end of its validity
 			d = time.Duration(rng.Int64N(int64(3 * ttl / 2)))
+			if rng.IntN(2) == 0 {
+				// No renewals: the work stops when the lock's Context ends, at the last
+				// instant its validity allows. A waiter that gets the key just after must
+				// find it free on a quorum: the drift allowance (Lock.Info().Validity, doc.go) keeps
+				// the end of trust ahead of the nodes.
+				d, renewed = 2*ttl, false
+			}
 		}
-		if d > ttl/4 {
+		if renewed && d > ttl/4 {
 			for _, l := range locks {
 				_ = l.KeepAlive(ttl/4, 0)
 			}
