@@ -20,7 +20,9 @@ import (
 // and a compiled proto is read-only.
 var protos sync.Map // sha -> *lua.FunctionProto
 
-// sources keeps each compiled script's text by digest (traces name scripts by it).
+// sources keeps each compiled script's text by digest, and each text the client's
+// digests' request hashed (on whichever node it went to): traces name scripts by it, and
+// TestConformance replays the scripts a schedule may not have sent (a fencing commit).
 var sources sync.Map // sha -> string
 
 func compile(sha, src string) (*lua.FunctionProto, error) {
@@ -59,7 +61,10 @@ func (s *Server) newLua() *lua.LState {
 	r.RawSetString("call", L.NewFunction(func(L *lua.LState) int { return s.luaCall(L, true) }))
 	r.RawSetString("pcall", L.NewFunction(func(L *lua.LState) int { return s.luaCall(L, false) }))
 	r.RawSetString("sha1hex", L.NewFunction(func(L *lua.LState) int {
-		L.Push(lua.LString(sha1hex(L.CheckString(1))))
+		text := L.CheckString(1)
+		sha := sha1hex(text)
+		sources.Store(sha, text) // the digests' request hashes every script's text
+		L.Push(lua.LString(sha))
 		return 1
 	}))
 	r.RawSetString("error_reply", L.NewFunction(func(L *lua.LState) int {
