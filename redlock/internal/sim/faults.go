@@ -170,7 +170,14 @@ func (w *World) plan(p params) []fault {
 		return len(nodes) <= spare
 	}
 	end := cfg.Duration - 100*time.Millisecond
-	program, quietFrom, quietTo := w.young(p, &losses)
+	var program []fault
+	var quiet [][2]time.Duration // the programs' spans, where no other fault may run
+	if prog, from, to := w.young(p, &losses); len(prog) > 0 {
+		program, quiet = append(program, prog...), append(quiet, [2]time.Duration{from, to})
+	}
+	if prog, from, to := w.lateForce(p, quiet); len(prog) > 0 {
+		program, quiet = append(program, prog...), append(quiet, [2]time.Duration{from, to})
+	}
 	for at := time.Duration(r.Int64N(int64(p.faultEvery))); at < end; at += time.Duration(r.Int64N(int64(2*p.faultEvery))) + time.Millisecond {
 		f := fault{kind: faultKind(r.IntN(int(fMajorityRestart))), at: at, node: r.IntN(cfg.Nodes), client: r.IntN(cfg.Clients)}
 		if cfg.Beyond && r.IntN(20) == 0 {
@@ -237,9 +244,12 @@ func (w *World) plan(p params) []fault {
 		out = append(out, f)
 	}
 	if len(program) > 0 {
-		// No other fault while the program runs: one that cut A off from x, y or z, or
-		// held up C's first acquire, would only keep the moment from happening.
-		out = slices.DeleteFunc(out, func(f fault) bool { return f.at <= quietTo && f.at+f.dur >= quietFrom })
+		// No other fault while a program runs: one that cut a client off from the wrong
+		// node, or held up an acquire of the program, would only keep the moment from
+		// happening.
+		out = slices.DeleteFunc(out, func(f fault) bool {
+			return slices.ContainsFunc(quiet, func(q [2]time.Duration) bool { return f.at <= q[1] && f.at+f.dur >= q[0] })
+		})
 		out = append(out, program...)
 	}
 	slices.SortStableFunc(out, func(a, b fault) int { return int(a.at - b.at) })
@@ -295,6 +305,60 @@ func (w *World) young(p params, losses *[]fault) (program []fault, quietFrom, qu
 		f,
 		{kind: fHold, at: askAt, client: late, key: key, by: p.ttl / 2, dur: 2 * time.Millisecond},
 	}, cutAt - p.ttl/4, askAt + p.ttl/2
+}
+
+// lateForce is the program of an operator's force release whose steps on two nodes are
+// held up by a partition of the forcing client F (force.go, "Force release and the
+// holders of other clients"). F, cut off from nodes x and y, force releases key k: its
+// call gives up on x and y after node_timeout and returns. Then B, cut off from nodes u
+// and v, takes k on the bare majority {x, y, w} and holds it without renewing. F's
+// partition heals while B holds: what F sent to x and y lands there now. Then C asks
+// for k. A force release that deleted in one step would delete B's value on x and y,
+// and C would take k on {x, y, u, v} while B still trusts it (two holders; B asked after
+// the force returned, so the ledger does not excuse it). The force release reads first
+// and deletes only what its read found, within its call: the late read changes nothing.
+// It is drawn in half the schedules, from a stream of its own, away from the young
+// program's span.
+func (w *World) lateForce(p params, quiet [][2]time.Duration) (program []fault, quietFrom, quietTo time.Duration) {
+	cfg := w.cfg
+	if cfg.Skip["late-force"] || cfg.Clients < 3 || cfg.Nodes < 5 {
+		return nil, 0, 0
+	}
+	r := rand.New(rand.NewPCG(w.seed, 0xf0ce))
+	if r.IntN(2) != 0 {
+		return nil, 0, 0
+	}
+	nt, ttl := p.nodeTimeout, p.ttl
+	start := time.Second
+	if p.lateStart > 0 {
+		start = max(start, p.lateStart+200*time.Millisecond) // every client has started
+	}
+	latest := cfg.Duration - 2*ttl - 4*nt
+	if latest <= start {
+		return nil, 0, 0
+	}
+	at := start + time.Duration(r.Int64N(int64(latest-start)))
+	cl := r.Perm(cfg.Clients)
+	f, b, c := cl[0], cl[1], cl[2]
+	nodes := r.Perm(cfg.Nodes)
+	xy, uv := nodes[:2], nodes[3:5]
+	key := keys[r.IntN(len(keys))]
+	askB := at + 2*nt + 5*time.Millisecond // after F's call gave up on x and y
+	heal := askB + ttl/4
+	askC := heal + 5*time.Millisecond
+	quietFrom, quietTo = at-ttl/4, askC+ttl
+	for _, q := range quiet {
+		if quietFrom <= q[1] && quietTo >= q[0] {
+			return nil, 0, 0
+		}
+	}
+	return []fault{
+		{kind: fPartition, at: at, client: f, nodes: xy, dur: heal - at},
+		{kind: fForce, at: at + time.Millisecond, client: f, key: key},
+		{kind: fPartition, at: askB - 2*time.Millisecond, client: b, nodes: uv, dur: 2 * ttl},
+		{kind: fHold, at: askB, client: b, key: key, by: ttl / 8, dur: ttl},
+		{kind: fHold, at: askC, client: c, key: key, by: ttl / 2, dur: 2 * time.Millisecond},
+	}, quietFrom, quietTo
 }
 
 // fault starts one planned fault (world loop); faults with a duration end by events of
