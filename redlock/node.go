@@ -20,7 +20,7 @@ type node struct {
 	tr   *transport.Node
 	c    *Client
 	// startedAt is when the node's current run started (UnixNano, the latest instant its
-	// INFO uptime allows), 0 until seen; read without mu (Client.freshStart).
+	// INFO uptime allows), 0 until seen; read without mu (voter.votes).
 	startedAt atomic.Int64
 	// bound is the largest MaxTTL any client announced to this node (ns), as it last
 	// said; read without mu (Client.bound, voting.go).
@@ -180,7 +180,7 @@ func parseInfoField(info, field string) string {
 // tell when its data began: if less than a quarantine ago, it may be a node that just
 // lost its keys under other clients' locks (this client being new: a Caddy start or
 // reload), and it is held back the same way until a quarantine after that (young),
-// unless it began together with a majority of the nodes (freshStart).
+// unless it began together with a majority of the nodes (freshStartOf).
 func (n *node) observe(info string, ann transport.Reply) {
 	now := time.Now()
 	id := parseInfoField(info, "run_id")

@@ -164,7 +164,7 @@ func TestFreshStartByStartTimes(t *testing.T) {
 				nd.startedAt.Store(now.Add(-tc.starts[i]).UnixNano())
 			}
 		}
-		if got := c.freshStart(c.nodes[2]); got != tc.fresh {
+		if got := freshStartOf(c.nodes[2].facts(), c.allFacts(), c.quorum, c.quarantine(), time.Now()); got != tc.fresh {
 			t.Errorf("%s: freshStart = %v, want %v", tc.name, got, tc.fresh)
 		}
 	}

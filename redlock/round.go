@@ -97,10 +97,11 @@ func (r *round) add(rep nodeReply) {
 // tally, and its next answer clears it.
 func (r *round) decisiveLocked() bool {
 	c := r.c
+	v := c.voter()
 	votes, no := 0, 0
 	for _, rep := range r.replies {
 		switch {
-		case c.votes(rep):
+		case v.votes(rep):
 			votes++
 		case rep.ok:
 		default:
@@ -316,9 +317,10 @@ func (c *Client) tallyRound(replies []nodeReply) tally {
 			t.errs = append(t.errs, nodeError{node: nd.addr, err: silentErr{nd.status().LastError}})
 		}
 	}
+	v := c.voter()
 	for _, r := range replies {
 		switch {
-		case r.ok && !c.votes(r):
+		case r.ok && !v.votes(r):
 			c.nodes[r.idx].warnYoung(time.Now())
 			t.heldBack++
 		case r.ok:
