@@ -21,7 +21,8 @@ import (
 // Found on main at 228fc93 (2026-11-27), SIM_FIRST=800000; each failed 3 of 3 with its fix
 // taken out and passes with every fix in. Checked again after the late-force program
 // (faults.go, lateForce) was added: all still fail 3 of 3 with their patch but 800128
-// (markerdue), which drew that program, replaced by 800122 from the same procedure. No seed is kept for the joiner's one-step check
+// (markerdue), which drew that program, replaced by 800122 from the same procedure; and
+// again after a round's grants were judged by one voter (voting.go): all 3 of 3. No seed is kept for the joiner's one-step check
 // (found with SIM_PROCS=2 only, whose replays are not exact; TestJoiningReaderCannotEscapeAForceRelease
 // holds it) nor for the fixes the runs did not find (docs/simulation.md, the table).
 var regressionSeeds = []struct {
