@@ -250,12 +250,7 @@ func (wl *workload) hold(ci int, who string, r role, locks []*redlock.Lock, rng 
 			ctx, c = l.Context(ctx)
 			defer c()
 		}
-		t := time.NewTimer(d)
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-		}
-		t.Stop()
+		workFor(ctx, d)
 		cancel()
 		wl.stall(ci) // a GC pause during the work: it resumes late
 		for _, h := range holders {
@@ -300,12 +295,7 @@ func (wl *workload) holdOnce(ci int, key string, wait, hold time.Duration) {
 		attempts: i.Attempts}
 	if wl.g.enter(h) {
 		ctx, cancel := l.Context(context.Background())
-		t := time.NewTimer(hold)
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-		}
-		t.Stop()
+		workFor(ctx, hold)
 		cancel()
 		wl.g.exit(h)
 	}
@@ -385,4 +375,14 @@ func spin(n int64) {
 		x += i ^ x
 	}
 	spinSink.Store(x)
+}
+
+// workFor is a holder's work: d long, or until ctx (the lock's Context) ends first.
+func workFor(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
 }
