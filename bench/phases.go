@@ -60,7 +60,8 @@ func runHTTP(res *results, f flags, cfg config, dir, caddyBin string, up *upstre
 	if caddyBin != "" {
 		sites := []caddySite{{name: "plain"}, {name: "n1", redis: urls(nodes[:1]), wait: wait},
 			{name: "n3", redis: urls(nodes[:3]), wait: wait}, {name: "n5", redis: urls(nodes), wait: wait},
-			{name: "n5fence", redis: urls(nodes), wait: wait, opts: "\t\tfencing\n"}}
+			{name: "n5fence", redis: urls(nodes), wait: wait, opts: "\t\tfencing\n"},
+			{name: "n5unix", redis: unixURLs(nodes), wait: wait}}
 		if fx != nil && fx.proxy != nil {
 			sites = append(sites, caddySite{name: "n5f", redis: append(urls(nodes[:len(nodes)-1]), fx.proxy.url()), wait: wait})
 		}
@@ -81,7 +82,10 @@ func runHTTP(res *results, f flags, cfg config, dir, caddyBin string, up *upstre
 					locked: true, n: n, inner: redlockInner, baseline: base, targets: []*httpTarget{target(a, fmt.Sprintf("n%d", n))}})
 			}
 			overhead = append(overhead, httpVariant{name: nameCaddyRedlock + ", N=5, fencing", kind: "caddy",
-				locked: true, n: 5, inner: redlockFencingInner, baseline: base, targets: []*httpTarget{target(a, "n5fence")}})
+				locked: true, n: 5, inner: redlockFencingInner, baseline: base, targets: []*httpTarget{target(a, "n5fence")}},
+				// The same nodes over unix sockets: how much of the lock's cost is loopback TCP.
+				httpVariant{name: nameCaddyRedlock + ", N=5, unix sockets", kind: "caddy",
+					locked: true, n: 5, inner: redlockInner, baseline: base, targets: []*httpTarget{target(a, "n5unix")}})
 			hot = append(hot, httpVariant{name: nameCaddyRedlock + ", N=5", kind: "caddy", locked: true, n: 5, inner: redlockInner,
 				targets: []*httpTarget{target(a, "n5"), target(b, "n5")}},
 				// One instance: the local queue's handoff alone, without cross-instance contention.

@@ -19,12 +19,14 @@ import (
 // bench's own calls (PING floor, CONFIG RESETSTAT, INFO commandstats).
 type redisNode struct {
 	port   int
+	sock   string // the node's unix socket (it listens on both)
 	proc   *childproc.Child
 	client *redis.Client
 }
 
-func (n *redisNode) url() string  { return "redis://" + n.addr() }
-func (n *redisNode) addr() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(n.port)) }
+func (n *redisNode) url() string     { return "redis://" + n.addr() }
+func (n *redisNode) unixURL() string { return "unix://" + n.sock }
+func (n *redisNode) addr() string    { return net.JoinHostPort("127.0.0.1", strconv.Itoa(n.port)) }
 
 // freePort asks the kernel for a free loopback port.
 func freePort() (int, error) {
@@ -68,13 +70,14 @@ func startOneRedis(bin, dir string, i int) (*redisNode, error) {
 	if err := mkdir(ndir); err != nil {
 		return nil, err
 	}
+	sock := filepath.Join(ndir, "redis.sock")
 	args := []string{"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "",
-		"--appendonly", "no", "--daemonize", "no", "--dir", ndir}
+		"--appendonly", "no", "--daemonize", "no", "--dir", ndir, "--unixsocket", sock, "--unixsocketperm", "700"}
 	proc, err := childproc.Start(fmt.Sprintf("redis-%d", i), bin, args, nil, "", filepath.Join(ndir, "log"))
 	if err != nil {
 		return nil, err
 	}
-	node := &redisNode{port: port, proc: proc}
+	node := &redisNode{port: port, sock: sock, proc: proc}
 	node.client = redis.NewClient(&redis.Options{Addr: node.addr(), Protocol: 2, DisableIdentity: true,
 		DialTimeout: time.Second, ReadTimeout: time.Second, WriteTimeout: time.Second, MaxRetries: -1})
 	deadline := time.Now().Add(5 * time.Second)
@@ -105,6 +108,16 @@ func urls(nodes []*redisNode) []string {
 	var u []string
 	for _, n := range nodes {
 		u = append(u, n.url())
+	}
+	return u
+}
+
+// unixURLs are the nodes' unix sockets: the same nodes without loopback TCP, whose
+// sender also runs the receiver's TCP path (on separate machines the nodes' kernels do).
+func unixURLs(nodes []*redisNode) []string {
+	var u []string
+	for _, n := range nodes {
+		u = append(u, n.unixURL())
 	}
 	return u
 }

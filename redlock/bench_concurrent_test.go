@@ -44,7 +44,7 @@ func BenchmarkConcurrentUniqueKeys(b *testing.B) {
 			var seq atomic.Int64
 			prefix := "cu-" + rand.Text()[:8] + "-" // b.Run calls this body several times
 			b.SetParallelism(8)                     // 16 goroutines on 2 cores, like the proxy benchmark's clients
-			cpu0, redis0, sys0 := processCPU(), redisCPU(b, servers), processSyscalls()
+			cpu0, redis0, sys0, reads0 := processCPU(), redisCPU(b, servers), processSyscalls(), redisReads(b, servers)
 			b.ResetTimer()
 			b.RunParallel(func(pb *testing.PB) {
 				for pb.Next() {
@@ -64,6 +64,7 @@ func BenchmarkConcurrentUniqueKeys(b *testing.B) {
 			b.ReportMetric(float64((processCPU()-cpu0).Microseconds())/n, "client-cpu-µs/op")
 			b.ReportMetric(float64((redisCPU(b, servers)-redis0).Microseconds())/n, "redis-cpu-µs/op")
 			b.ReportMetric(float64(processSyscalls()-sys0)/n, "syscalls/op")
+			b.ReportMetric((redisReads(b, servers)-reads0)/n/float64(len(servers)), "node-reads/op")
 			if !c.opt.DisablePipelining {
 				var batches, sent int64
 				for _, nd := range c.nodes {
@@ -109,18 +110,31 @@ func processSyscalls() int64 {
 
 // redisCPU is the CPU time all servers used so far (INFO cpu, main thread and children).
 func redisCPU(b *testing.B, servers []*redistest.Server) time.Duration {
+	return time.Duration(infoSum(b, servers, "cpu", "used_cpu_sys", "used_cpu_user") * float64(time.Second))
+}
+
+// redisReads is how many socket reads all servers processed so far (INFO stats): one per
+// pipeline that reached a node in one piece, so commands per read is the pipelining
+// depth the nodes saw, and the nodes' event-loop cost (a wake-up, a read, a write) is
+// paid per read.
+func redisReads(b *testing.B, servers []*redistest.Server) float64 {
+	return infoSum(b, servers, "stats", "total_reads_processed")
+}
+
+// infoSum adds up the numeric INFO fields of one section over all servers.
+func infoSum(b *testing.B, servers []*redistest.Server, section string, fields ...string) float64 {
 	var total float64
 	for _, s := range servers {
 		rc := redis.NewClient(&redis.Options{Addr: s.Addr()})
-		info, err := rc.Info(context.Background(), "cpu").Result()
+		info, err := rc.Info(context.Background(), section).Result()
 		rc.Close()
 		if err != nil {
 			b.Fatal(err)
 		}
-		for _, f := range []string{"used_cpu_sys", "used_cpu_user"} {
+		for _, f := range fields {
 			v, _ := strconv.ParseFloat(parseInfoField(strings.ReplaceAll(info, "\r", ""), f), 64)
 			total += v
 		}
 	}
-	return time.Duration(total * float64(time.Second))
+	return total
 }
