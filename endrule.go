@@ -2,8 +2,10 @@ package caddyredlock
 
 import (
 	"errors"
+	"net/http"
 
 	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 
 	"github.com/caddy-redlock/caddy-redlock/redlock"
 )
@@ -23,6 +25,14 @@ import (
 // past max_hold is kept too (not renewed: it stands on the nodes until its validity
 // ends). Locks that keep nobody out any more (lost otherwise: expired, taken, deleted)
 // are given back at once.
+//
+// When: at once, unless Caddy may still run work of the request outside this handler
+// once it returns (outerWork): handle_errors routes, when next's error is passed on, and
+// the routes of an intercept around the handler, when it buffered the response. A
+// reverse_proxy there sends the request to the locked upstream again, so the locks stay
+// held, renewed, until the request itself ends (its context, which net/http cancels
+// once Caddy's handling, errors routes included, has returned), and only then end as
+// the rule says.
 
 // requestEnd is what finish knows of how a request's exchange ended.
 type requestEnd struct {
@@ -35,17 +45,27 @@ type requestEnd struct {
 	// (Go's HTTP transport) ended before writing their request (exchange.unsent).
 	retries int
 	unsent  int
-	allGone bool // none of the request's locks keeps anyone out any more (locksGone; read only when cut)
+	// unanswered is how many traced round trips were written and got no response
+	// (exchange.unanswered): given up by whichever proxy sent them, nested ones included.
+	unanswered int
+	allGone    bool
+	// outerWork: Caddy may still run work of the request once the handler returns
+	// (outerWork); the end waits for the request's own end.
+	outerWork bool // none of the request's locks keeps anyone out any more (locksGone; read only when cut)
 }
 
-// earlierAttemptMayRun reports whether reverse_proxy retried after an attempt that may
-// have reached its upstream and still run there. Only a failure before the request was
+// earlierAttemptMayRun reports whether an attempt that may have reached its upstream
+// was given up and may still run there. A traced request written and never answered
+// was (a response_header_timeout, a broken connection), whichever proxy sent it: one
+// nested in another's handle_response retries without the last proxy's retry count
+// showing it. And when reverse_proxy retried, only a failure before the request was
 // written (a dial or TLS error) proves the upstream never saw it: when the traced round
 // trips that ended unwritten match the retries one for one, every retried attempt was
-// such a failure. Any other count (an attempt timed out or broke after writing; a
-// transport that is not traced, such as FastCGI or HTTP/3) cannot tell, so it drains.
+// such a failure. Any other count (an attempt that got a response and was retried by
+// retry_match; a transport that is not traced, such as FastCGI or HTTP/3) cannot tell,
+// so it drains.
 func (e requestEnd) earlierAttemptMayRun() bool {
-	return e.retries > 0 && e.unsent != e.retries
+	return e.unanswered > 0 || (e.retries > 0 && e.unsent != e.retries)
 }
 
 // cut reports whether the exchange ended early, on Caddy's side only.
@@ -97,6 +117,32 @@ func lockGone(err error) bool {
 	}
 	le, ok := errors.AsType[*redlock.LostError](err)
 	return !ok || le.Reason != redlock.LostMaxHold
+}
+
+// outerWork reports whether Caddy may still run work of the request outside the
+// handler once it returns err: handle_errors routes (an error passed on) or an outer
+// handler's, on a response it holds back (bufferedOutside).
+func outerWork(err error, w http.ResponseWriter) bool {
+	return err != nil || bufferedOutside(w)
+}
+
+// bufferedOutside reports whether a handler outside this one holds a response back in
+// a buffer (a caddyhttp.ResponseRecorder along the writer's Unwrap chain that got a
+// status and buffers: before any status, every recorder says it buffers): intercept
+// does, to run its handle_response routes once this handler has returned (templates
+// does too, and runs no upstream).
+func bufferedOutside(w http.ResponseWriter) bool {
+	for range 32 { // a chain of wrappers, not a cycle
+		if b, ok := w.(caddyhttp.ResponseRecorder); ok && b.Status() != 0 && b.Buffered() {
+			return true
+		}
+		u, ok := w.(interface{ Unwrap() http.ResponseWriter })
+		if !ok {
+			return false
+		}
+		w = u.Unwrap()
+	}
+	return false
 }
 
 // proxyRetries reads how many times reverse_proxy retried the request (0 without one).

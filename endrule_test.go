@@ -1,7 +1,12 @@
 package caddyredlock
 
 import (
+	"bytes"
+	"net/http"
+	"net/http/httptest"
 	"testing"
+
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 
 	"github.com/caddy-redlock/caddy-redlock/redlock"
 )
@@ -34,6 +39,9 @@ func TestEndOf(t *testing.T) {
 		{"retried after a written attempt, lock lost", requestEnd{retries: 1, allGone: true}, endRelease},
 		{"a round trip ended unwritten without a retry (Go's own retry on a stale connection)", requestEnd{unsent: 1}, endHandOver},
 		{"more unwritten round trips than retries (cannot be matched)", requestEnd{retries: 1, unsent: 2}, endDrain},
+		{"a written request given up unanswered, retried by a nested proxy (its count unseen)", requestEnd{unanswered: 1}, endDrain},
+		{"a written request given up unanswered, lock lost", requestEnd{unanswered: 1, allGone: true}, endRelease},
+		{"Caddy may run error or intercept routes next: how it ends is the same rule", requestEnd{outerWork: true}, endHandOver},
 	}
 	for _, tc := range cases {
 		if got := endOf(tc.end); got != tc.want {
@@ -75,5 +83,25 @@ func TestLockGone(t *testing.T) {
 		if got := lockGone(tc.err); got != tc.want {
 			t.Errorf("%v: gone %v, want %v", tc.err, got, tc.want)
 		}
+	}
+}
+
+// bufferedOutside finds a response held back by a handler outside (intercept's
+// recorder) along the writer's Unwrap chain, and only while it holds it back.
+func TestBufferedOutside(t *testing.T) {
+	var buf bytes.Buffer
+	hold := false
+	rec := caddyhttp.NewResponseRecorder(httptest.NewRecorder(), &buf, func(int, http.Header) bool { return hold })
+	inner := &caddyhttp.ResponseWriterWrapper{ResponseWriter: rec}
+	if bufferedOutside(inner) {
+		t.Fatal("nothing written yet: not buffered")
+	}
+	hold = true
+	inner.WriteHeader(http.StatusInternalServerError)
+	if !bufferedOutside(inner) {
+		t.Fatal("a recorder outside buffers the response: want true")
+	}
+	if bufferedOutside(httptest.NewRecorder()) {
+		t.Fatal("a plain writer: want false")
 	}
 }

@@ -27,9 +27,10 @@ import (
 //     answers 503 itself if nothing reached the client yet, and aborts the response if
 //     something did, so that the client never takes a cut response for a whole one.
 //   - The client's connection of an Upgrade request, once hijacked (tunnel.go).
-//   - The requests Go's HTTP transport started and wrote to upstreams (a client trace):
-//     they tell a reverse_proxy retry after a dial error (the upstream never saw the
-//     request) from one after an attempt that may still run (endrule.go).
+//   - The requests Go's HTTP transport started, wrote to upstreams and got answers to (a
+//     client trace): they tell a reverse_proxy retry after a dial error (the upstream
+//     never saw the request) from one after an attempt that may still run, and show an
+//     attempt given up unanswered by any proxy behind, nested ones included (endrule.go).
 
 // exchange is a locked request's response writer and what is seen of its exchange.
 type exchange struct {
@@ -42,9 +43,10 @@ type exchange struct {
 	sent atomic.Bool
 	conn atomic.Pointer[watchedConn] // an Upgrade's hijacked connection (tunnel.go)
 	// The client trace handed to next's context, and what it counted.
-	trace   httptrace.ClientTrace
-	started atomic.Int32 // round trips started (GetConn: before any dial)
-	written atomic.Int32 // requests whose headers were written to an upstream connection
+	trace    httptrace.ClientTrace
+	started  atomic.Int32 // round trips started (GetConn: before any dial)
+	written  atomic.Int32 // requests whose headers were written to an upstream connection
+	answered atomic.Int32 // round trips that got a first byte of response
 }
 
 // begin readies x for a request answered on w, and returns ctx with x's client trace.
@@ -52,16 +54,27 @@ func (x *exchange) begin(ctx context.Context, w http.ResponseWriter) context.Con
 	x.ResponseWriter = w
 	x.trace.GetConn = x.getConn
 	x.trace.WroteHeaders = x.wroteHeaders
+	x.trace.GotFirstResponseByte = x.gotFirstResponseByte
 	return httptrace.WithClientTrace(ctx, &x.trace)
 }
 
-func (x *exchange) getConn(string) { x.started.Add(1) }
-func (x *exchange) wroteHeaders()  { x.written.Add(1) }
+func (x *exchange) getConn(string)        { x.started.Add(1) }
+func (x *exchange) wroteHeaders()         { x.written.Add(1) }
+func (x *exchange) gotFirstResponseByte() { x.answered.Add(1) }
 
 // unsent is how many traced round trips ended before writing their request: dial and
 // TLS errors, where the upstream never saw it.
 func (x *exchange) unsent() int {
 	return int(x.started.Load() - x.written.Load())
+}
+
+// unanswered is how many traced requests were written to an upstream and got no
+// response: each was given up (a response_header_timeout, a broken connection) while
+// the upstream may still work on it, whoever retried it. Counted here rather than read
+// from {http.reverse_proxy.retries}, which holds only the last proxy's count: a proxy
+// nested in another's handle_response retries unseen once the outer one sets it.
+func (x *exchange) unanswered() int {
+	return int(x.written.Load() - x.answered.Load())
 }
 
 // cut refuses every write from now on: the lock le is gone.

@@ -147,7 +147,7 @@ func (h *Handler) serveLocked(ctx context.Context, w http.ResponseWriter, r *htt
 	err = next.ServeHTTP(x, r.WithContext(nextCtx))
 	stop()
 	ended = requestEnd{cancelled: ctx.Err() != nil, mayWork: upstreamMayStillWork(err, r), tunnel: tunnelEndOf(kind, x),
-		retries: proxyRetries(repl), unsent: x.unsent()}
+		retries: proxyRetries(repl), unsent: x.unsent(), unanswered: x.unanswered()}
 	if x.lost.Load() != nil {
 		// Cut by the loss (never in dry run): next's error, if any, is that cut seen from
 		// behind. Returned, it would run handle_errors, which may proxy the request
@@ -162,8 +162,10 @@ func (h *Handler) serveLocked(ctx context.Context, w http.ResponseWriter, r *htt
 		case x.conn.Load() == nil: // a hijacked connection was closed with its tunnel
 			abort = true
 		}
+		ended.outerWork = bufferedOutside(w)
 		return nil
 	}
+	ended.outerWork = outerWork(err, w)
 	return err
 }
 
@@ -171,6 +173,14 @@ func (h *Handler) serveLocked(ctx context.Context, w http.ResponseWriter, r *htt
 // returning, as endOf says (endrule.go), and gives back the request's reference to the
 // locker.
 func (h *Handler) finish(l heldLocks, e *inflight, r *http.Request, ended requestEnd) {
+	if ended.outerWork && r.Context().Done() != nil {
+		// handle_errors or an intercept's routes may run next (endrule.go, "When"):
+		// the locks stay held, renewed, until the request ends, then end here. Its
+		// context always ends: net/http cancels it once Caddy's handling returns.
+		ended.outerWork = false
+		context.AfterFunc(r.Context(), func() { h.finish(l, e, r, ended) })
+		return
+	}
 	if ended.cut() {
 		ended.allGone = locksGone(l) // read only here: every request passes by
 	}

@@ -238,7 +238,7 @@ var matrixRows = []matrixRow{
 		// proxied those to the locked upstream would send them unlocked, which
 		// configuration.md warns of, so the row scopes it by status as the docs say.
 		site: func(c cellConfig) string {
-			return c.proxy() + fmt.Sprintf("\thandle_errors 502 504 {\n\t\treverse_proxy %s {\n\t\t\theader_up X-Lock-Key {http.redlock.key}\n\t\t\theader_up X-Work \"d=500ms,stream\"\n\t\t}\n\t}\n", c.up)
+			return c.proxy() + fmt.Sprintf("\thandle_errors 502 504 {\n\t\treverse_proxy %s {\n\t\t\theader_up X-Lock-Key {http.redlock.key}\n\t\t\theader_up X-Work \"d=4s,stream\"\n\t\t}\n\t}\n", c.up)
 		}},
 	{name: "static", method: "GET", static: true,
 		// respond answers at once: there is no moment to abort, reset, time out, retry,

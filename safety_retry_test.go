@@ -5,6 +5,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -173,5 +174,74 @@ func TestRetryAfterDialErrorDoesNotDrain(t *testing.T) {
 		return true
 	}) {
 		t.Errorf("in flight: %+v", inflightRequests())
+	}
+}
+
+// A reverse_proxy nested in another's handle_response (the X-Accel-Redirect pattern: the
+// first hop answers at once, the route proxies the real work) retries after an attempt
+// that was written and still runs (a response_header_timeout does not stop the
+// upstream). {http.reverse_proxy.retries} holds only the outer proxy's count (0) once
+// its loop ends, so the drain must come from the client trace: a request written and
+// never answered (exchange.unanswered).
+func TestNestedProxyRetryDrains(t *testing.T) {
+	servers := redistest.StartN(t, 3)
+	wl := newWorkLog()
+	// The first hop: answers at once, the real work is elsewhere.
+	hop := serveOn(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("X-Accel-Redirect", "/work")
+		w.WriteHeader(http.StatusNoContent)
+	})
+	// The slow upstream: works 1.5s, deaf to the proxy giving up.
+	slow := serveOn(t, func(w http.ResponseWriter, r *http.Request) {
+		i := wl.begin(r.Header.Get("X-Req-Id"), "slow attempt")
+		defer wl.end(i)
+		time.Sleep(1500 * time.Millisecond)
+		io.WriteString(w, "slow done")
+	})
+	// The fast upstream the retry reaches.
+	fast := serveOn(t, func(w http.ResponseWriter, r *http.Request) {
+		i := wl.begin(r.Header.Get("X-Req-Id"), "fast attempt")
+		defer wl.end(i)
+		time.Sleep(50 * time.Millisecond)
+		io.WriteString(w, "fast done")
+	})
+	s := startCaddy(t, "", fmt.Sprintf(`
+	redlock {
+		%s
+		prefix nested:
+		key res
+		ttl 3s
+		wait 10s
+	}
+	reverse_proxy %s {
+		header_up X-Lock-Key {http.redlock.key}
+		@accel header X-Accel-Redirect *
+		handle_response @accel {
+			reverse_proxy %s %s {
+				lb_policy first
+				lb_retries 1
+				fail_duration 1m
+				max_fails 1
+				header_up X-Lock-Key {http.redlock.key}
+				transport http {
+					response_header_timeout 300ms
+				}
+			}
+		}
+	}`, redisLine(servers), hop, slow, fast))
+	c := &http.Client{Timeout: 20 * time.Second}
+
+	code, body, _ := get(t, c, "GET", s.url+"/a", http.Header{"X-Req-Id": {"1"}})
+	t.Logf("request 1: %d %q", code, body)
+	if code != 200 || body != "fast done" {
+		t.Fatalf("request 1: %d %q, want 200 from the retry", code, body)
+	}
+	draining := waitState("res", stateDraining, time.Second)
+	t.Logf("request 1's lock draining after its inner retry: %v", draining)
+	code2, body2, _ := get(t, c, "GET", s.url+"/b", http.Header{"X-Req-Id": {"2"}})
+	t.Logf("request 2: %d %q", code2, body2)
+	time.Sleep(200 * time.Millisecond)
+	if ov := wl.overlaps(); len(ov) > 0 {
+		t.Errorf("two requests of key \"res\" worked in the upstream at once:\n%s\nwork:\n%s", strings.Join(ov, "\n"), wl)
 	}
 }
