@@ -7,6 +7,7 @@ import (
 	"math"
 	"net/http"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -55,13 +56,23 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	mode := h.s.modeFor(r.Method)
 	repl.Set(phKey, key)
 	repl.Set(phMode, mode)
+	above, _ := r.Context().Value(heldCtxKey{}).(*inflight)
+	if twice := heldAbove(above, h.locker.pooled.space, keys); twice != "" {
+		// It would wait for itself until its wait ran out.
+		err := fmt.Errorf("redlock: key %q is already held by this request, through another redlock block around this one: "+
+			"one request cannot take a key twice (remove one block, or render different keys)", twice)
+		if h.s.dryRun {
+			return h.dryRunUnlocked(w, r, next, key, "busy", err)
+		}
+		return caddyhttp.Error(http.StatusInternalServerError, err)
+	}
 
 	// One context for the wait and for next: cancelling it (lock lost, process exiting)
 	// stops whichever is running.
 	ctx, cancel := context.WithCancelCause(r.Context())
 	defer cancel(nil)
 	e := &inflight{owner: h, locker: h.locker.pooled.id, key: key, keys: keys, mode: mode, method: r.Method,
-		uri: r.RequestURI, remote: r.RemoteAddr, since: time.Now(), cancel: cancel}
+		uri: r.RequestURI, remote: r.RemoteAddr, since: time.Now(), cancel: cancel, above: above}
 	if !trackRequest(e) {
 		// Only after Cleanup, for a request that arrived as its server was shutting down.
 		if h.s.dryRun {
@@ -141,7 +152,7 @@ func (h *Handler) serveLocked(ctx context.Context, w http.ResponseWriter, r *htt
 		r.Header.Set(h.s.fencingHeader, tok)
 		repl.Set(phToken, tok)
 	}
-	nextCtx := x.begin(ctx, w)
+	nextCtx := context.WithValue(x.begin(ctx, w), heldCtxKey{}, e) // for a redlock block behind (heldAbove)
 	stop := h.watchLock(ctx, l, e, r)
 	defer stop() // on a panic in next; a no-op after the call below
 	err = next.ServeHTTP(x, r.WithContext(nextCtx))
@@ -233,6 +244,27 @@ func (h *Handler) finish(l heldLocks, e *inflight, r *http.Request, ended reques
 		h.release(l, e, r)
 		untrackRequest(e)
 	})
+}
+
+// heldCtxKey is the context key of a locked request's entry, for the redlock blocks
+// behind its handler.
+type heldCtxKey struct{}
+
+// heldAbove returns a key of keys that the request already holds in space through a
+// redlock block around this one (entries from e up through above), or "". A second
+// block on the same nodes and prefix would queue the request behind itself.
+func heldAbove(e *inflight, space string, keys []string) string {
+	for ; e != nil; e = e.above {
+		if e.owner.locker.pooled.space != space {
+			continue
+		}
+		for _, k := range keys {
+			if slices.Contains(e.keys, k) {
+				return k
+			}
+		}
+	}
+	return ""
 }
 
 // upstreamMayStillWork reports whether an error from the next handler can leave the

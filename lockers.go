@@ -2,6 +2,7 @@ package caddyredlock
 
 import (
 	"crypto/rand"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -42,6 +43,9 @@ type pooledLocker struct {
 	id     string // random, to tell lockers apart in the admin API
 	name   string // the configured name, or prefix and node addresses (no passwords)
 	prefix string
+	// space is where its keys live: the prefix and the nodes' addresses (no passwords),
+	// shared by lockers of other options on the same nodes and prefix (heldAbove).
+	space  string
 	client *redlock.Client
 	events *eventQueue // the locker's Caddy events (events.go)
 }
@@ -92,14 +96,15 @@ func openLocker(urls []string, s *settings) (*lockerLease, error) {
 		o.Logger = newRedlockLogger()
 		// The name is needed before New (the observer labels with it), the addresses
 		// after: parse them as New does.
+		addrs, err := redlock.NodeAddresses(urls)
+		if err != nil {
+			return nil, err
+		}
 		name := s.name
 		if name == "" {
-			addrs, err := redlock.NodeAddresses(urls)
-			if err != nil {
-				return nil, err
-			}
 			name = defaultName(o.Prefix, addrs)
 		}
+		space := o.Prefix + "\x00" + strings.Join(slices.Sorted(slices.Values(addrs)), ",")
 		obs := &lockerObserver{name: name, events: newEventQueue(name)}
 		o.Observer = obs
 		c, err := redlock.New(urls, o)
@@ -107,7 +112,7 @@ func openLocker(urls []string, s *settings) (*lockerLease, error) {
 			obs.events.stop()
 			return nil, err
 		}
-		return &pooledLocker{id: rand.Text()[:8], prefix: o.Prefix, client: c, name: name, events: obs.events}, nil
+		return &pooledLocker{id: rand.Text()[:8], prefix: o.Prefix, space: space, client: c, name: name, events: obs.events}, nil
 	})
 	if err != nil {
 		// LoadOrNew removes a failed entry itself: there is no reference to give back.

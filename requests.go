@@ -89,8 +89,9 @@ type inflight struct {
 	remote string
 	since  time.Time
 	cancel context.CancelCauseFunc
-	hold   lockSpan // the redlock.hold span (tracing.go), set once acquired
-	x      exchange // once held: next's response writer and what it saw (exchange.go)
+	above  *inflight // the same request's entry of a redlock block around this one (heldAbove)
+	hold   lockSpan  // the redlock.hold span (tracing.go), set once acquired
+	x      exchange  // once held: next's response writer and what it saw (exchange.go)
 
 	mu     sync.Mutex // guards state, heldAt and lock
 	state  requestState
