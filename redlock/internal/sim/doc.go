@@ -8,7 +8,7 @@
 //	world.go      the world: nodes, links, deliveries through the event queue, node faults
 //	net.go        the event queue and its loop; a client's simulated connection; dialing
 //	faults.go     a schedule's parameters and fault plan, drawn from the seed; the fault
-//	              programs (flushall-twice, young, lateForce)
+//	              programs (flushall-twice, young, lateForce, lateValue)
 //	workload.go   what the clients do: every mode, cancellations, force releases, GC pauses
 //	check.go      the ledger: each mode's promise, fencing, force releases, handoff modes
 //	redis.go      a simulated node: keyspace, commands, INFO, pub/sub (resp.go: RESP2)

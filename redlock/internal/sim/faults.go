@@ -103,11 +103,12 @@ const (
 	fFlushTwice
 	fMajorityRestart // beyond the assumptions
 	fHold            // a program's acquire: a client takes a key exclusive and holds it (the young program)
+	fLag             // a program's lag: what a client and a node send each other meanwhile arrives late (lateValue)
 	nFaultKinds
 )
 
 var faultNames = [...]string{"slow", "loss", "partition", "pause", "restart", "restart-last-second", "flushall",
-	"evict", "script-flush", "drop-conns", "notices", "gc-pause", "force-release", "flushall-twice", "majority-restart", "hold"}
+	"evict", "script-flush", "drop-conns", "notices", "gc-pause", "force-release", "flushall-twice", "majority-restart", "hold", "lag"}
 
 func (k faultKind) String() string { return faultNames[k] }
 
@@ -123,6 +124,7 @@ type fault struct {
 	p      float64
 	keys   int
 	key    string
+	fence  bool // a hold with fencing (its first try runs the acquire script)
 }
 
 func (f fault) String() string {
@@ -136,6 +138,11 @@ func (f fault) String() string {
 		s += fmt.Sprintf(" of %q by client %d", f.key, f.client)
 	case fHold:
 		s += fmt.Sprintf(" of %q by client %d (wait %v) for %v", f.key, f.client, f.by, f.dur)
+		if f.fence {
+			s += " with fencing"
+		}
+	case fLag:
+		s += fmt.Sprintf(" client %d and node %d for %v: %v late", f.client, f.node, f.dur, f.by)
 	case fEvict:
 		s += fmt.Sprintf(" %d keys on nodes %v", f.keys, f.nodes)
 	case fMajorityRestart:
@@ -176,6 +183,9 @@ func (w *World) plan(p params) []fault {
 		program, quiet = append(program, prog...), append(quiet, [2]time.Duration{from, to})
 	}
 	if prog, from, to := w.lateForce(p, quiet); len(prog) > 0 {
+		program, quiet = append(program, prog...), append(quiet, [2]time.Duration{from, to})
+	}
+	if prog, from, to := w.lateValue(p, quiet); len(prog) > 0 {
 		program, quiet = append(program, prog...), append(quiet, [2]time.Duration{from, to})
 	}
 	for at := time.Duration(r.Int64N(int64(p.faultEvery))); at < end; at += time.Duration(r.Int64N(int64(2*p.faultEvery))) + time.Millisecond {
@@ -361,6 +371,86 @@ func (w *World) lateForce(p params, quiet [][2]time.Duration) (program []fault, 
 	}, quietFrom, quietTo
 }
 
+// lateValue is the program of an earlier attempt's SET that lands late, after a later
+// attempt of the same Acquire call was granted (scripts.go, acquireScript: "A later
+// attempt's value is never taken over"). A, cut off from nodes u and v, asks for a key
+// of the program's own with fencing (so that its first try runs the acquire script too,
+// not a plain SET NX). What A and node x send each other from then until a node timeout
+// and a half later arrives late (a path that holds a flow's segments, TCP retransmitting
+// them after its backoff); what they send after that, on time. So A's first round gets y
+// and z only: x's reply is late, u and v are cut off. It fails after a node timeout
+// (unavailable: fewer than a quorum answered), its batch costs A's connection to x, and
+// its give-back goes to x on a new connection, within the lag: late too, it times out
+// two node timeouts in. Just after, another acquire of A (its other work) gets an answer
+// from x, so that x is no longer silent (a round does not wait for a silent node, and
+// with u and v failing at once it would count x as a refusal). After a retry delay A
+// tries again: the second round's SET goes to x on a new connection and lands at once,
+// and A holds the key on the bare majority {x, y, z}. Then the first round's SET lands on
+// x, and a node timeout after it that round's release. An acquire script that took over
+// any value of the same call would replace the second attempt's value on x with the
+// first's, and the release would delete it: x is free under A, and C, asking for the key
+// once the release landed, takes it on {x, u, v} while A still trusts it (two holders).
+// The script refuses a later attempt's value: the late SET changes nothing, and the
+// release finds nothing of its own to delete. A is the client with the longest retry
+// delay (its second round must start after x answered the other acquire). It is drawn in
+// half the schedules, from a stream of its own, away from the other programs' spans.
+func (w *World) lateValue(p params, quiet [][2]time.Duration) (program []fault, quietFrom, quietTo time.Duration) {
+	cfg := w.cfg
+	if cfg.Skip["late-value"] || cfg.Clients < 2 || cfg.Nodes < 5 {
+		return nil, 0, 0
+	}
+	r := rand.New(rand.NewPCG(w.seed, 0x1a7e))
+	if r.IntN(2) != 0 {
+		return nil, 0, 0
+	}
+	cl := r.Perm(cfg.Clients)
+	a := slices.MaxFunc(cl, func(i, j int) int { return int(p.retry[i] - p.retry[j]) })
+	c := cl[0]
+	if c == a {
+		c = cl[1]
+	}
+	nodes := r.Perm(cfg.Nodes)
+	x, uv := nodes[0], nodes[3:5]
+	nt, ttl := p.nodeTimeout, p.ttl
+	// A's second round starts a retry delay (p.retry[a] to p.retryTo[a]) after the first
+	// failed, a node timeout after it began, and its SET goes to x by then, or once the
+	// release's batch timed out (2nt). The first round's SET lands after it, by a margin,
+	// and its release (sent at nt) a node timeout later; C asks just after that.
+	second := nt + max(p.retryTo[a], nt)
+	by := second + ttl/16
+	askC := nt + by + 5*time.Millisecond
+	start := time.Second
+	if p.lateStart > 0 {
+		start = max(start, p.lateStart+200*time.Millisecond) // every client has started
+	}
+	latest := cfg.Duration - 100*time.Millisecond - askC - ttl
+	if latest <= start {
+		return nil, 0, 0
+	}
+	at := start + time.Duration(r.Int64N(int64(latest-start)))
+	quietFrom, quietTo = at-ttl/4, at+askC+ttl
+	for _, q := range quiet {
+		if quietFrom <= q[1] && quietTo >= q[0] {
+			return nil, 0, 0
+		}
+	}
+	return []fault{
+		{kind: fPartition, at: at - 2*time.Millisecond, client: a, nodes: uv, dur: 2 * ttl},
+		{kind: fLag, at: at - time.Millisecond, client: a, node: x, dur: nt + nt/2 + time.Millisecond, by: by},
+		{kind: fHold, at: at, client: a, key: lateValueKey, by: ttl / 2, dur: ttl, fence: true},
+		{kind: fHold, at: at + 2*nt + time.Millisecond, client: a, key: lateOtherKey, by: ttl / 8, dur: 2 * time.Millisecond},
+		{kind: fHold, at: at + askC, client: c, key: lateValueKey, by: ttl / 2, dur: 2 * time.Millisecond},
+	}, quietFrom, quietTo
+}
+
+// The late-value program's keys, which no worker asks for: on the workers' keys A's
+// first round most often met a holder (busy: no grants on y and z that fail for want of
+// x) or a lock its own client handed on (no round at all). lateOtherKey is A's other work.
+const (
+	lateValueKey = "late"
+	lateOtherKey = "late-other"
+)
+
 // fault starts one planned fault (world loop); faults with a duration end by events of
 // their own.
 func (w *World) fault(f fault) {
@@ -417,6 +507,11 @@ func (w *World) fault(f fault) {
 		w.force(f.client, f.key)
 	case fHold:
 		w.hold(f)
+	case fLag:
+		w.mu.Lock()
+		l := w.links[f.client][f.node]
+		l.lagFrom, l.lagTo, l.lagBy = now, now.Add(f.dur), f.by
+		w.mu.Unlock()
 	}
 }
 

@@ -75,10 +75,10 @@ func (wl *workload) run(start func(ci int) *redlock.Client) {
 			wl.g.forceEnds(key, ci, start)
 		})
 	}
-	wl.w.onHold = func(ci int, key string, wait, hold time.Duration) {
+	wl.w.onHold = func(ci int, key string, wait, hold time.Duration, fence bool) {
 		wl.bg.Go(func() {
 			<-wl.ready[ci]
-			wl.holdOnce(ci, key, wait, hold)
+			wl.holdOnce(ci, key, wait, hold, fence)
 		})
 	}
 	wl.w.onForceLanded = wl.g.forceLanded
@@ -273,14 +273,14 @@ func (wl *workload) hold(ci int, who string, r role, locks []*redlock.Lock, rng 
 	}
 }
 
-// holdOnce is a fault program's acquire (faults.go, young): client ci takes key
-// exclusive, waiting at most wait, and holds it for hold or until it is no longer
-// trusted, without renewing it.
-func (wl *workload) holdOnce(ci int, key string, wait, hold time.Duration) {
+// holdOnce is a fault program's acquire (faults.go: young, lateForce, lateValue): client
+// ci takes key exclusive (with fencing if fence), waiting at most wait, and holds it for
+// hold or until it is no longer trusted, without renewing it.
+func (wl *workload) holdOnce(ci int, key string, wait, hold time.Duration, fence bool) {
 	who := fmt.Sprintf("c%d/program", ci)
 	asked := time.Now()
 	wl.acquires.Add(1)
-	l, err := wl.clients[ci].Acquire(context.Background(), key, redlock.AcquireOptions{Wait: wait})
+	l, err := wl.clients[ci].Acquire(context.Background(), key, redlock.AcquireOptions{Wait: wait, Fencing: fence})
 	if err != nil {
 		var busy *redlock.BusyError
 		var unav *redlock.UnavailableError
@@ -291,7 +291,7 @@ func (wl *workload) holdOnce(ci int, key string, wait, hold time.Duration) {
 	}
 	wl.ops.Add(2)
 	i := l.Info()
-	h := &holder{l: l, client: ci, asked: asked, key: i.Key, who: who, kind: kindExclusive, token: l.Token(), handed: i.Handed,
+	h := &holder{l: l, client: ci, asked: asked, key: i.Key, who: who, kind: kindExclusive, fencing: fence, token: l.Token(), handed: i.Handed,
 		attempts: i.Attempts}
 	if wl.g.enter(h) {
 		ctx, cancel := l.Context(context.Background())

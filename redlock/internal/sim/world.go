@@ -41,7 +41,7 @@ type World struct {
 	onForceLanded func(key string, client int)
 	forceSHA      map[string]bool
 	onGC          func(client int, until time.Time)
-	onHold        func(client int, key string, wait, hold time.Duration)
+	onHold        func(client int, key string, wait, hold time.Duration, fence bool)
 }
 
 type worldStats struct {
@@ -62,8 +62,12 @@ type link struct {
 	slowTo  time.Time
 	slowBy  time.Duration
 	noticeP float64 // a release notice lost, duplicated or late
-	seq     uint64  // deliveries scheduled on the link (their order within an instant)
-	conns   int     // connections opened on the link (their numbers)
+	// lagFrom..lagTo: what is sent on the link then (either way) arrives lagBy late,
+	// what is sent after on time (the late-value program: faults.go, lateValue)
+	lagFrom, lagTo time.Time
+	lagBy          time.Duration
+	seq            uint64 // deliveries scheduled on the link (their order within an instant)
+	conns          int    // connections opened on the link (their numbers)
 }
 
 // cut is a partition of client from node (node -1: from every node, a process pause)
@@ -166,6 +170,9 @@ func (w *World) delayLocked(ci, ni int) time.Duration {
 	d := l.base + time.Duration(l.draw(now, 1)%uint64(l.jitter+1))
 	if now.Before(l.slowTo) {
 		d += time.Duration(l.draw(now, 2) % uint64(l.slowBy+1))
+	}
+	if !now.Before(l.lagFrom) && now.Before(l.lagTo) {
+		d += l.lagBy
 	}
 	return d
 }
@@ -472,7 +479,7 @@ func (w *World) force(ci int, key string) {
 
 func (w *World) hold(f fault) {
 	if w.onHold != nil {
-		w.onHold(f.client, f.key, f.by, f.dur)
+		w.onHold(f.client, f.key, f.by, f.dur, f.fence)
 	}
 }
 
