@@ -27,12 +27,16 @@ import (
 // are given back at once.
 //
 // When: at once, unless Caddy may still run work of the request outside this handler
-// once it returns (outerWork): handle_errors routes, when next's error is passed on, and
-// the routes of an intercept around the handler, when it buffered the response. A
-// reverse_proxy there sends the request to the locked upstream again, so the locks stay
-// held, renewed, until the request itself ends (its context, which net/http cancels
-// once Caddy's handling, errors routes included, has returned), and only then end as
-// the rule says.
+// once it returns (outerWork): the server's handle_errors routes, when next's error is
+// passed on, and the routes of an intercept around the handler, when it holds the
+// response back. A reverse_proxy there sends the request to the locked upstream again,
+// so the locks stay held, renewed, until the request itself ends (its context, which
+// net/http cancels once Caddy's handling, error routes included, has returned, or when
+// the client goes away). Those routes' round trips are not traced and their end is not
+// seen (the request's context also ends when the client leaves while they run), so
+// their upstream may still be working: the locks then drain (outerRan), as for a
+// request cut short. A request whose context never ends (a virtual request, templates'
+// httpInclude) drains at once.
 
 // requestEnd is what finish knows of how a request's exchange ended.
 type requestEnd struct {
@@ -48,10 +52,11 @@ type requestEnd struct {
 	// unanswered is how many traced round trips were written and got no response
 	// (exchange.unanswered): given up by whichever proxy sent them, nested ones included.
 	unanswered int
-	allGone    bool
-	// outerWork: Caddy may still run work of the request once the handler returns
-	// (outerWork); the end waits for the request's own end.
-	outerWork bool // none of the request's locks keeps anyone out any more (locksGone; read only when cut)
+	allGone    bool // none of the request's locks keeps anyone out any more (locksGone; read only when cut)
+	// outerWork: Caddy may run routes of the request once the handler returns (outerWork):
+	// the end waits for the request's own end. outerRan: it did, and may have left work.
+	outerWork bool
+	outerRan  bool
 }
 
 // earlierAttemptMayRun reports whether an attempt that may have reached its upstream
@@ -70,7 +75,7 @@ func (e requestEnd) earlierAttemptMayRun() bool {
 
 // cut reports whether the exchange ended early, on Caddy's side only.
 func (e requestEnd) cut() bool {
-	return e.cancelled || e.abortPanic || e.mayWork || e.tunnel == tunnelCut || e.earlierAttemptMayRun()
+	return e.cancelled || e.abortPanic || e.mayWork || e.tunnel == tunnelCut || e.earlierAttemptMayRun() || e.outerRan
 }
 
 // endAction is what happens to a request's locks when it ends.
@@ -119,11 +124,18 @@ func lockGone(err error) bool {
 	return !ok || le.Reason != redlock.LostMaxHold
 }
 
-// outerWork reports whether Caddy may still run work of the request outside the
-// handler once it returns err: handle_errors routes (an error passed on) or an outer
-// handler's, on a response it holds back (bufferedOutside).
-func outerWork(err error, w http.ResponseWriter) bool {
-	return err != nil || bufferedOutside(w)
+// outerWork reports whether Caddy may run routes of the request outside the handler
+// once it returns err: the server's handle_errors routes (an error passed on, and the
+// server has some) or an intercept's, on a response held back (bufferedOutside).
+func outerWork(err error, w http.ResponseWriter, r *http.Request) bool {
+	return (err != nil && hasErrorRoutes(r)) || bufferedOutside(w)
+}
+
+// hasErrorRoutes reports whether the request's server runs handle_errors routes (true
+// when that cannot be told: it errs on the side of waiting).
+func hasErrorRoutes(r *http.Request) bool {
+	srv, ok := r.Context().Value(caddyhttp.ServerCtxKey).(*caddyhttp.Server)
+	return !ok || srv == nil || (srv.Errors != nil && len(srv.Errors.Routes) > 0)
 }
 
 // bufferedOutside reports whether a handler outside this one holds a response back in

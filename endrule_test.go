@@ -41,7 +41,9 @@ func TestEndOf(t *testing.T) {
 		{"more unwritten round trips than retries (cannot be matched)", requestEnd{retries: 1, unsent: 2}, endDrain},
 		{"a written request given up unanswered, retried by a nested proxy (its count unseen)", requestEnd{unanswered: 1}, endDrain},
 		{"a written request given up unanswered, lock lost", requestEnd{unanswered: 1, allGone: true}, endRelease},
-		{"Caddy may run error or intercept routes next: how it ends is the same rule", requestEnd{outerWork: true}, endHandOver},
+		{"Caddy may run error or intercept routes next: the wait is finish's, the rule the same", requestEnd{outerWork: true}, endHandOver},
+		{"Caddy ran error or intercept routes after the handler (untraced work)", requestEnd{outerRan: true}, endDrain},
+		{"Caddy ran routes after the handler, lock lost", requestEnd{outerRan: true, allGone: true}, endRelease},
 	}
 	for _, tc := range cases {
 		if got := endOf(tc.end); got != tc.want {

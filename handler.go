@@ -56,11 +56,18 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	mode := h.s.modeFor(r.Method)
 	repl.Set(phKey, key)
 	repl.Set(phMode, mode)
-	above, _ := r.Context().Value(heldCtxKey{}).(*inflight)
-	if twice := heldAbove(above, h.locker.pooled.space, keys); twice != "" {
-		// It would wait for itself until its wait ran out.
-		err := fmt.Errorf("redlock: key %q is already held by this request, through another redlock block around this one: "+
-			"one request cannot take a key twice (remove one block, or render different keys)", twice)
+	above := heldList(r)
+	if by, twice := heldAbove(above, h.locker.pooled.space, keys); by != nil {
+		// Held by this very request, through another block (around this one, or whose
+		// error route this is): taking it again would wait for itself.
+		if by.covers(mode, h.s.fencing) {
+			h.logger.Debug("redlock key already held by this request through another block: served under that lock",
+				zap.String("key", key), zap.String("held_as", by.mode))
+			return next.ServeHTTP(w, r)
+		}
+		err := fmt.Errorf("redlock: key %q is already held by this request through another redlock block, as %s%s: "+
+			"this block cannot take it again (it would wait for itself); give both blocks the same mode and fencing, or render different keys",
+			twice, by.mode, map[bool]string{true: " with fencing", false: ""}[by.owner.s.fencing])
 		if h.s.dryRun {
 			return h.dryRunUnlocked(w, r, next, key, "busy", err)
 		}
@@ -152,7 +159,8 @@ func (h *Handler) serveLocked(ctx context.Context, w http.ResponseWriter, r *htt
 		r.Header.Set(h.s.fencingHeader, tok)
 		repl.Set(phToken, tok)
 	}
-	nextCtx := context.WithValue(x.begin(ctx, w), heldCtxKey{}, e) // for a redlock block behind (heldAbove)
+	setHeldList(r, e) // for the redlock blocks behind and in error routes (heldAbove)
+	nextCtx := x.begin(ctx, w)
 	stop := h.watchLock(ctx, l, e, r)
 	defer stop() // on a panic in next; a no-op after the call below
 	err = next.ServeHTTP(x, r.WithContext(nextCtx))
@@ -173,10 +181,15 @@ func (h *Handler) serveLocked(ctx context.Context, w http.ResponseWriter, r *htt
 		case x.conn.Load() == nil: // a hijacked connection was closed with its tunnel
 			abort = true
 		}
-		ended.outerWork = bufferedOutside(w)
+		if bufferedOutside(w) {
+			// An intercept around the handler holds the answer back and could run its
+			// routes on it (a 5xx fallback that proxies again), unlocked: cut the
+			// response instead, so that nothing runs after the loss.
+			abort = true
+		}
 		return nil
 	}
-	ended.outerWork = outerWork(err, w)
+	ended.outerWork = outerWork(err, w, r)
 	return err
 }
 
@@ -184,13 +197,16 @@ func (h *Handler) serveLocked(ctx context.Context, w http.ResponseWriter, r *htt
 // returning, as endOf says (endrule.go), and gives back the request's reference to the
 // locker.
 func (h *Handler) finish(l heldLocks, e *inflight, r *http.Request, ended requestEnd) {
-	if ended.outerWork && r.Context().Done() != nil {
+	if ended.outerWork {
 		// handle_errors or an intercept's routes may run next (endrule.go, "When"):
-		// the locks stay held, renewed, until the request ends, then end here. Its
-		// context always ends: net/http cancels it once Caddy's handling returns.
-		ended.outerWork = false
-		context.AfterFunc(r.Context(), func() { h.finish(l, e, r, ended) })
-		return
+		// the locks stay held, renewed, until the request ends, then drain. Its context
+		// ends once Caddy's handling returns (net/http cancels it), or never for a
+		// virtual request: that one drains at once.
+		ended.outerWork, ended.outerRan = false, true
+		if r.Context().Done() != nil {
+			context.AfterFunc(r.Context(), func() { h.finish(l, e, r, ended) })
+			return
+		}
 	}
 	if ended.cut() {
 		ended.allGone = locksGone(l) // read only here: every request passes by
@@ -246,25 +262,48 @@ func (h *Handler) finish(l heldLocks, e *inflight, r *http.Request, ended reques
 	})
 }
 
-// heldCtxKey is the context key of a locked request's entry, for the redlock blocks
-// behind its handler.
-type heldCtxKey struct{}
+// varHeld is the Caddy request variable (caddyhttp.VarsCtxKey's map, one per request,
+// seen by every handler and error route of it) that lists the request's held entries,
+// the latest first (inflight.above). Its NUL keeps it out of reach of placeholders.
+const varHeld = "redlock\x00held"
 
-// heldAbove returns a key of keys that the request already holds in space through a
-// redlock block around this one (entries from e up through above), or "". A second
-// block on the same nodes and prefix would queue the request behind itself.
-func heldAbove(e *inflight, space string, keys []string) string {
+// heldList is the request's latest held entry (nil: none, or no Caddy variables).
+func heldList(r *http.Request) *inflight {
+	vars, _ := r.Context().Value(caddyhttp.VarsCtxKey).(map[string]any)
+	e, _ := vars[varHeld].(*inflight)
+	return e
+}
+
+// setHeldList makes e, which holds its locks, the request's latest held entry. The
+// list stays until the request ends: whatever runs of the request after this handler
+// (its error routes) runs while the locks are still held (endrule.go, "When").
+func setHeldList(r *http.Request, e *inflight) {
+	if vars, ok := r.Context().Value(caddyhttp.VarsCtxKey).(map[string]any); ok {
+		vars[varHeld] = e
+	}
+}
+
+// heldAbove returns the entry of the request that holds one of keys in space through
+// another redlock block (from e through its above), and that key; nil if none. Only
+// locks still held count.
+func heldAbove(e *inflight, space string, keys []string) (*inflight, string) {
 	for ; e != nil; e = e.above {
-		if e.owner.locker.pooled.space != space {
+		if e.owner.locker.pooled.space != space || !e.stillHeld() {
 			continue
 		}
 		for _, k := range keys {
 			if slices.Contains(e.keys, k) {
-				return k
+				return e, k
 			}
 		}
 	}
-	return ""
+	return nil, ""
+}
+
+// covers reports whether e's locks serve a block that asks for mode (and fencing):
+// exclusive serves every mode, others their own; a fencing token only if e has one.
+func (e *inflight) covers(mode string, fencing bool) bool {
+	return (e.mode == modeExclusive || e.mode == mode) && (!fencing || e.owner.s.fencing)
 }
 
 // upstreamMayStillWork reports whether an error from the next handler can leave the

@@ -89,7 +89,7 @@ type inflight struct {
 	remote string
 	since  time.Time
 	cancel context.CancelCauseFunc
-	above  *inflight // the same request's entry of a redlock block around this one (heldAbove)
+	above  *inflight // the request's entry held before this one, by another redlock block (heldAbove)
 	hold   lockSpan  // the redlock.hold span (tracing.go), set once acquired
 	x      exchange  // once held: next's response writer and what it saw (exchange.go)
 
@@ -136,6 +136,13 @@ func (e *inflight) setHeld(l heldLocks) {
 	if e.moveLocked(stateHeld) {
 		e.heldAt, e.lock = time.Now(), l
 	}
+}
+
+// stillHeld reports whether the request holds its locks now: held, and none lost.
+func (e *inflight) stillHeld() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.state == stateHeld && len(e.lock) > 0 && e.lock.err() == nil
 }
 
 // countRequests counts the table's entries that match (nil h: every handler's).

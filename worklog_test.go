@@ -1,7 +1,9 @@
 package caddyredlock
 
 import (
+	"context"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"strings"
@@ -130,4 +132,25 @@ func waitState(key string, st requestState, d time.Duration) bool {
 		}
 		return false
 	})
+}
+
+// sendAbort sends a GET with X-Req-Id id and gives up (closes the connection) after
+// d; the channel gets the status, or 0 if the client gave up.
+func sendAbort(c *http.Client, url, id string, d time.Duration) <-chan int {
+	ch := make(chan int, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), d)
+		defer cancel()
+		req, _ := http.NewRequestWithContext(ctx, "GET", url, nil)
+		req.Header.Set("X-Req-Id", id)
+		resp, err := c.Do(req)
+		if err != nil {
+			ch <- 0
+			return
+		}
+		defer resp.Body.Close()
+		_, _ = io.Copy(io.Discard, resp.Body)
+		ch <- resp.StatusCode
+	}()
+	return ch
 }
