@@ -27,11 +27,7 @@ func TestInterceptRoutesRunUnderTheLock(t *testing.T) {
 	servers := redistest.StartN(t, 3)
 	wl := newWorkLog()
 	up := serveOn(t, func(w http.ResponseWriter, r *http.Request) {
-		id := r.Header.Get("X-Req-Id")
-		what := "work"
-		if r.Header.Get("X-Fallback") != "" {
-			what = "fallback work"
-		}
+		id, what := roleOf(r, "X-Fallback", "fallback work")
 		i := wl.begin(id, what)
 		defer wl.end(i)
 		if id == "1" && what == "work" {
@@ -74,9 +70,7 @@ func TestInterceptRoutesRunUnderTheLock(t *testing.T) {
 	}
 	second := sendAsync(t, c, s.url+"/b", "2")
 	t.Logf("request 1: %d, request 2: %d", <-first, <-second)
-	if ov := wl.overlaps(); len(ov) > 0 {
-		t.Errorf("two requests of key \"res\" worked in the upstream at once:\n%s\nwork:\n%s", strings.Join(ov, "\n"), wl)
-	}
+	wl.checkNoOverlap(t, "res")
 }
 
 // A 504 (response_header_timeout) goes to handle_errors 502 504 { reverse_proxy ... }
@@ -88,11 +82,7 @@ func TestHandleErrorsRunUnderTheLock(t *testing.T) {
 	servers := redistest.StartN(t, 3)
 	wl := newWorkLog()
 	up := serveOn(t, func(w http.ResponseWriter, r *http.Request) {
-		id := r.Header.Get("X-Req-Id")
-		what := "work"
-		if r.Header.Get("X-Again") != "" {
-			what = "handle_errors work"
-		}
+		id, what := roleOf(r, "X-Again", "handle_errors work")
 		i := wl.begin(id, what)
 		defer wl.end(i)
 		d := 4 * time.Second // the re-proxied job: longer than the ttl
@@ -137,9 +127,7 @@ func TestHandleErrorsRunUnderTheLock(t *testing.T) {
 	}
 	second := sendAsync(t, c, s.url+"/b", "2")
 	t.Logf("request 1: %d, request 2: %d", <-first, <-second)
-	if ov := wl.overlaps(); len(ov) > 0 {
-		t.Errorf("two requests of key \"res\" worked in the upstream at once:\n%s\nwork:\n%s", strings.Join(ov, "\n"), wl)
-	}
+	wl.checkNoOverlap(t, "res")
 }
 
 // A handler behind redlock returns a client error on a bodiless GET (file_server: 404),
@@ -187,9 +175,7 @@ func TestClientGoneDuringErrorRouteDrains(t *testing.T) {
 	second := sendAsync(t, c, s.url+"/b", "2")
 	t.Logf("request 1: %d (0: the client gave up), request 2: %d", <-first, <-second)
 	time.Sleep(1500 * time.Millisecond) // request 1's upstream work ends
-	if ov := wl.overlaps(); len(ov) > 0 {
-		t.Errorf("two requests of key \"res\" worked in the upstream at once:\n%s\nwork:\n%s", strings.Join(ov, "\n"), wl)
-	}
+	wl.checkNoOverlap(t, "res")
 }
 
 // The same through intercept: the upstream answers 500 (a clean exchange for the
@@ -200,11 +186,7 @@ func TestClientGoneDuringInterceptRouteDrains(t *testing.T) {
 	servers := redistest.StartN(t, 3)
 	wl := newWorkLog()
 	up := serveOn(t, func(w http.ResponseWriter, r *http.Request) {
-		id := r.Header.Get("X-Req-Id")
-		what := "work"
-		if r.Header.Get("X-Fallback") != "" {
-			what = "fallback work"
-		}
+		id, what := roleOf(r, "X-Fallback", "fallback work")
 		i := wl.begin(id, what)
 		defer wl.end(i)
 		if id == "1" && what == "work" {
@@ -246,9 +228,7 @@ func TestClientGoneDuringInterceptRouteDrains(t *testing.T) {
 	second := sendAsync(t, c, s.url+"/b", "2")
 	t.Logf("request 1: %d (0: the client gave up), request 2: %d", <-first, <-second)
 	time.Sleep(1500 * time.Millisecond)
-	if ov := wl.overlaps(); len(ov) > 0 {
-		t.Errorf("two requests of key \"res\" worked in the upstream at once:\n%s\nwork:\n%s", strings.Join(ov, "\n"), wl)
-	}
+	wl.checkNoOverlap(t, "res")
 }
 
 // A request Caddy serves without a connection: templates' httpInclude runs a virtual GET
@@ -303,9 +283,7 @@ func TestVirtualRequestErrorRouteDrains(t *testing.T) {
 	}
 	second := sendAsync(t, c, s.url+"/locked/y", "2")
 	t.Logf("request 1 (page including /locked/x): %d, request 2 (/locked/y): %d", <-first, <-second)
-	if ov := wl.overlaps(); len(ov) > 0 {
-		t.Errorf("two requests of key \"res\" worked in the upstream at once:\n%s\nwork:\n%s", strings.Join(ov, "\n"), wl)
-	}
+	wl.checkNoOverlap(t, "res")
 }
 
 // A lost lock must not reach an intercept's routes. intercept { @failed status 5xx;
@@ -320,11 +298,7 @@ func TestLostLockCutsInterceptRoutes(t *testing.T) {
 	servers := redistest.StartN(t, 3)
 	wl := newWorkLog()
 	up := serveOn(t, func(w http.ResponseWriter, r *http.Request) {
-		id := r.Header.Get("X-Req-Id")
-		what := "work"
-		if r.Header.Get("X-Fallback") != "" {
-			what = "fallback work"
-		}
+		id, what := roleOf(r, "X-Fallback", "fallback work")
 		i := wl.begin(id, what)
 		defer wl.end(i)
 		d := 100 * time.Millisecond
@@ -386,9 +360,7 @@ func TestLostLockCutsInterceptRoutes(t *testing.T) {
 		second <- l.Release(context.Background())
 	}()
 	t.Logf("request 1: %d, request 2 (other instance): %v", <-first, <-second)
-	if ov := wl.overlaps(); len(ov) > 0 {
-		t.Errorf("two requests of key \"res\" worked in the upstream at once:\n%s\nwork:\n%s", strings.Join(ov, "\n"), wl)
-	}
+	wl.checkNoOverlap(t, "res")
 	if strings.Contains(wl.String(), "req 1 fallback work") {
 		t.Errorf("request 1's lock was lost (max_hold) and its request still reached the upstream again, through intercept:\n%s", wl)
 	}

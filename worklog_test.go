@@ -154,3 +154,21 @@ func sendAbort(c *http.Client, url, id string, d time.Duration) <-chan int {
 	}()
 	return ch
 }
+
+// checkNoOverlap fails t if work of two requests of key overlapped.
+func (l *workLog) checkNoOverlap(t *testing.T, key string) {
+	t.Helper()
+	if ov := l.overlaps(); len(ov) > 0 {
+		t.Errorf("two requests of key %q worked in the upstream at once:\n%s\nwork:\n%s", key, strings.Join(ov, "\n"), l)
+	}
+}
+
+// roleOf is a request's X-Req-Id and the work it stands for: role when it carries the
+// header (set by the route that sends it: a fallback, an error route), else "work".
+func roleOf(r *http.Request, header, role string) (id, what string) {
+	what = "work"
+	if r.Header.Get(header) != "" {
+		what = role
+	}
+	return r.Header.Get("X-Req-Id"), what
+}
