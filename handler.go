@@ -65,9 +65,13 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 				zap.String("key", key), zap.String("held_as", by.mode))
 			return next.ServeHTTP(w, r)
 		}
-		err := fmt.Errorf("redlock: key %q is already held by this request through another redlock block, as %s%s: "+
+		held := by.mode
+		if by.owner.s.fencing {
+			held += " with fencing"
+		}
+		err := fmt.Errorf("redlock: key %q is already held by this request through another redlock block, as %s: "+
 			"this block cannot take it again (it would wait for itself); give both blocks the same mode and fencing, or render different keys",
-			twice, by.mode, map[bool]string{true: " with fencing", false: ""}[by.owner.s.fencing])
+			twice, held)
 		if h.s.dryRun {
 			return h.dryRunUnlocked(w, r, next, key, "busy", err)
 		}
