@@ -16,7 +16,9 @@ import (
 // would queue behind itself until its wait ran out): a block that asks for it in the
 // same mode is served under the held lock at once, and one that asks for more (an
 // exclusive lock where the request holds it shared) is refused at once with an error
-// that says why. Blocks of different keys nest.
+// that says why. Blocks of different keys nest. Every block has the same options, so the
+// test has one locker: several clients meeting fresh nodes at once would each see only
+// part of them marked as a fresh start by it, and hold them back for a quarantine.
 func TestNestedBlocksOnOneKey(t *testing.T) {
 	servers := redistest.StartN(t, 3)
 	up := newUpstream(t, 0, nil)
@@ -63,13 +65,14 @@ func TestNestedBlocksOnOneKey(t *testing.T) {
 			%[1]s
 			prefix nest:
 			key outer
+			ttl 2s
 			wait 5s
 		}
 		redlock {
 			%[1]s
 			prefix nest:
 			key inner
-			node_timeout 300ms
+			ttl 2s
 			wait 5s
 		}
 		reverse_proxy %[2]s {
