@@ -125,17 +125,11 @@ func lockGone(err error) bool {
 }
 
 // outerWork reports whether Caddy may run routes of the request outside the handler
-// once it returns err: the server's handle_errors routes (an error passed on, and the
-// server has some) or an intercept's, on a response held back (bufferedOutside).
-func outerWork(err error, w http.ResponseWriter, r *http.Request) bool {
-	return (err != nil && hasErrorRoutes(r)) || bufferedOutside(w)
-}
-
-// hasErrorRoutes reports whether the request's server runs handle_errors routes (true
-// when that cannot be told: it errs on the side of waiting).
-func hasErrorRoutes(r *http.Request) bool {
-	srv, ok := r.Context().Value(caddyhttp.ServerCtxKey).(*caddyhttp.Server)
-	return !ok || srv == nil || (srv.Errors != nil && len(srv.Errors.Routes) > 0)
+// once it returns err: error routes (an error passed on, and the server's handle_errors
+// or a subroute's errors routes may run: hasErrorRoutes) or an intercept's, on a
+// response held back (bufferedOutside).
+func (h *Handler) outerWork(err error, w http.ResponseWriter, r *http.Request) bool {
+	return (err != nil && h.hasErrorRoutes(r)) || bufferedOutside(w)
 }
 
 // bufferedOutside reports whether a handler outside this one holds a response back in

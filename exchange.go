@@ -47,6 +47,7 @@ type exchange struct {
 	started  atomic.Int32 // round trips started (GetConn: before any dial)
 	written  atomic.Int32 // requests whose headers were written to an upstream connection
 	answered atomic.Int32 // round trips that got a first byte of response
+	body     watchedBody  // the request body, watched (watchBody)
 }
 
 // begin readies x for a request answered on w, and returns ctx with x's client trace.
@@ -77,8 +78,64 @@ func (x *exchange) unanswered() int {
 	return int(x.written.Load() - x.answered.Load())
 }
 
-// cut refuses every write from now on: the lock le is gone.
+// cut refuses every write and request body read from now on: the lock le is gone. A
+// body read already waiting for the client is refused when it returns (watchedBody); it
+// is not woken: a read deadline set from here could outlive the request and fall on the
+// connection's next one.
 func (x *exchange) cut(le *redlock.LostError) { x.lost.Store(le) }
+
+// afterLoss ends the response of a request cut by a loss, once the handlers behind have
+// returned: a 503 if nothing reached the client yet; else the response must be aborted
+// (abort: the caller panics with http.ErrAbortHandler), so that the client never takes a
+// cut response for a whole one, unless a hijacked connection was closed with its tunnel
+// already. A response held back by an intercept around the handler (w's chain) is
+// aborted too: its routes could run on the answer (a 5xx fallback that proxies again).
+func (x *exchange) afterLoss(w http.ResponseWriter) (abort bool) {
+	switch {
+	case !x.sent.Load():
+		x.answerLost()
+	case x.conn.Load() == nil:
+		abort = true
+	}
+	return abort || bufferedOutside(w)
+}
+
+// watchBody returns body watched by x (the same body if there is none to read): once
+// the lock is lost, every read fails, and the bytes of a read that was waiting when the
+// loss came are dropped. A FastCGI application starts a script only once its whole
+// stdin has come (PHP-FPM), and Caddy's FastCGI transport streams the body on whatever
+// the context says: a body that completed after the loss would run the request beside
+// the next holder (round 5, hole 7).
+func (x *exchange) watchBody(body io.ReadCloser) io.ReadCloser {
+	if body == nil || body == http.NoBody {
+		return body
+	}
+	x.body = watchedBody{ReadCloser: body, lost: &x.lost}
+	return &x.body
+}
+
+// watchedBody is a request body read under a lock (exchange.watchBody). It has no
+// WriteTo: a copy goes through Read.
+type watchedBody struct {
+	io.ReadCloser
+	lost *atomic.Pointer[redlock.LostError]
+}
+
+func (b *watchedBody) Read(p []byte) (int, error) {
+	if le := b.lost.Load(); le != nil {
+		return 0, refusedRead(le)
+	}
+	n, err := b.ReadCloser.Read(p)
+	if le := b.lost.Load(); le != nil {
+		return 0, refusedRead(le) // read while the loss came: its bytes may be after it
+	}
+	return n, err
+}
+
+// refusedRead is the error of a body read after the loss.
+func refusedRead(le *redlock.LostError) error {
+	return fmt.Errorf("redlock: request body read refused: %w", le)
+}
 
 // refused is the error of a write after the loss.
 func refused(le *redlock.LostError) error {

@@ -7,7 +7,6 @@ import (
 	"math"
 	"net/http"
 	"runtime"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -32,19 +31,16 @@ const statusClientClosedRequest = 499
 
 // ServeHTTP takes the request's lock, runs next while renewing it, and releases it when
 // next returns (also on error or panic: the release is deferred; see finish for requests
-// cut short).
+// cut short). Keys the request already holds through another block are not taken again
+// (cover.go: served under that lock, or refused).
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
 	repl, _ := r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer)
 	if repl == nil {
 		repl = caddy.NewReplacer()
 	}
-	if h.s.fencing {
-		// Only this handler may set the token: a client-sent value would let a stale
-		// writer pass the upstream's fencing check.
-		r.Header.Del(h.s.fencingHeader)
-	}
 	keys, err := h.keyer.render(r, repl)
 	if errors.Is(err, errUnlocked) {
+		h.dropClientToken(r)
 		repl.Set(phKey, "") // known, so "{http.redlock.key}" renders empty downstream
 		repl.Set(phMode, "")
 		return next.ServeHTTP(w, r)
@@ -57,26 +53,16 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	repl.Set(phKey, key)
 	repl.Set(phMode, mode)
 	above := heldList(r)
-	if by, twice := heldAbove(above, h.locker.pooled.space, keys); by != nil {
-		// Held by this very request, through another block (around this one, or whose
-		// error route this is): taking it again would wait for itself.
-		if by.covers(mode, h.s.fencing) {
-			h.logger.Debug("redlock key already held by this request through another block: served under that lock",
-				zap.String("key", key), zap.String("held_as", by.mode))
-			return next.ServeHTTP(w, r)
-		}
-		held := by.mode
-		if by.owner.s.fencing {
-			held += " with fencing"
-		}
-		err := fmt.Errorf("redlock: key %q is already held by this request through another redlock block, as %s: "+
-			"this block cannot take it again (it would wait for itself); give both blocks the same mode and fencing, or render different keys",
-			twice, held)
-		if h.s.dryRun {
-			return h.dryRunUnlocked(w, r, next, key, "busy", err)
-		}
+	switch by, err := h.coverOf(above, keys, mode); {
+	case err != nil && h.s.dryRun:
+		h.dropClientToken(r)
+		return h.dryRunUnlocked(w, r, next, key, "busy", err)
+	case err != nil:
 		return caddyhttp.Error(http.StatusInternalServerError, err)
+	case by != nil:
+		return h.serveUnder(w, r, next, repl, keys, by)
 	}
+	h.dropClientToken(r)
 
 	// One context for the wait and for next: cancelling it (lock lost, process exiting)
 	// stops whichever is running.
@@ -114,13 +100,22 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	return h.serveLocked(ctx, w, r, next, repl, l, e)
 }
 
+// dropClientToken removes a fencing header the client sent: only the handler may set
+// the token, or a stale writer could pass the upstream's fencing check.
+func (h *Handler) dropClientToken(r *http.Request) {
+	if h.s.fencing {
+		r.Header.Del(h.s.fencingHeader)
+	}
+}
+
 // serveLocked runs next while the request's locks are held: renewed, watched (a lost
-// lock cuts the request: its writes refused, its context cancelled) and, on every way
-// out, finished (released, handed over or drained).
+// lock cuts the request: its writes and body reads refused, its context cancelled) and,
+// on every way out, finished (released, handed over or drained). The watch lasts as
+// long as the locks do (finish ends it): routes Caddy runs once next has returned, and
+// blocks served under the locks there, run under it.
 func (h *Handler) serveLocked(ctx context.Context, w http.ResponseWriter, r *http.Request, next caddyhttp.Handler,
 	repl *caddy.Replacer, l heldLocks, e *inflight) (err error) {
 	e.setHeld(l) // first: every way out below finishes a held request
-	key := e.key
 	// next writes through x (exchange.go); an upgraded connection is watched there too:
 	// its tunnel's end decides as much as next's error does (tunnel.go).
 	kind := tunnelOf(r)
@@ -153,22 +148,21 @@ func (h *Handler) serveLocked(ctx context.Context, w http.ResponseWriter, r *htt
 	if err := l.keepAlive(h.s.renew, h.s.maxHold); err != nil {
 		// The lock lapsed between acquire and now (a very slow start): never run unlocked.
 		if h.s.dryRun { // ... except in dry run, which never refuses
-			return h.dryRunUnlocked(w, r, next, key, "unavailable", err)
+			return h.dryRunUnlocked(w, r, next, e.key, "unavailable", err)
 		}
 		w.Header().Set("Retry-After", "1")
-		return caddyhttp.Error(http.StatusServiceUnavailable, fmt.Errorf("redlock: lock on %q lost before the request started: %w", key, err))
+		return caddyhttp.Error(http.StatusServiceUnavailable, fmt.Errorf("redlock: lock on %q lost before the request started: %w", e.key, err))
 	}
 	if h.s.fencing {
 		tok := l.fencingHeader()
 		r.Header.Set(h.s.fencingHeader, tok)
 		repl.Set(phToken, tok)
 	}
-	setHeldList(r, e) // for the redlock blocks behind and in error routes (heldAbove)
+	setHeldList(r, e) // for the redlock blocks behind and in error routes (coverOf)
 	nextCtx := x.begin(ctx, w)
-	stop := h.watchLock(ctx, l, e, r)
-	defer stop() // on a panic in next; a no-op after the call below
+	r.Body = x.watchBody(r.Body)                  // in place: error routes read the request's own body
+	e.unwatch = h.watchLock(r.Context(), l, e, r) // not ctx: it ends with ServeHTTP, before Caddy's error routes
 	err = next.ServeHTTP(x, r.WithContext(nextCtx))
-	stop()
 	ended = requestEnd{cancelled: ctx.Err() != nil, mayWork: upstreamMayStillWork(err, r), tunnel: tunnelEndOf(kind, x),
 		retries: proxyRetries(repl), unsent: x.unsent(), unanswered: x.unanswered()}
 	if x.lost.Load() != nil {
@@ -177,23 +171,12 @@ func (h *Handler) serveLocked(ctx context.Context, w http.ResponseWriter, r *htt
 		// again, unlocked; the loss itself was logged when it happened.
 		if err != nil {
 			h.logger.Debug("redlock lock lost: the error of the handler behind is not passed on (no handle_errors)",
-				zap.String("key", key), zap.Error(err))
+				zap.String("key", e.key), zap.Error(err))
 		}
-		switch {
-		case !x.sent.Load():
-			x.answerLost()
-		case x.conn.Load() == nil: // a hijacked connection was closed with its tunnel
-			abort = true
-		}
-		if bufferedOutside(w) {
-			// An intercept around the handler holds the answer back and could run its
-			// routes on it (a 5xx fallback that proxies again), unlocked: cut the
-			// response instead, so that nothing runs after the loss.
-			abort = true
-		}
+		abort = x.afterLoss(w)
 		return nil
 	}
-	ended.outerWork = outerWork(err, w, r)
+	ended.outerWork = h.outerWork(err, w, r)
 	return err
 }
 
@@ -212,6 +195,7 @@ func (h *Handler) finish(l heldLocks, e *inflight, r *http.Request, ended reques
 			return
 		}
 	}
+	e.endWatch() // the locks are released, handed over or drained from here on
 	if ended.cut() {
 		ended.allGone = locksGone(l) // read only here: every request passes by
 	}
@@ -268,7 +252,7 @@ func (h *Handler) finish(l heldLocks, e *inflight, r *http.Request, ended reques
 
 // varHeld is the Caddy request variable (caddyhttp.VarsCtxKey's map, one per request,
 // seen by every handler and error route of it) that lists the request's held entries,
-// the latest first (inflight.above). Its NUL keeps it out of reach of placeholders.
+// the latest first (inflight.above): cover.go reads it. Its NUL keeps it out of reach of placeholders.
 const varHeld = "redlock\x00held"
 
 // heldList is the request's latest held entry (nil: none, or no Caddy variables).
@@ -285,29 +269,6 @@ func setHeldList(r *http.Request, e *inflight) {
 	if vars, ok := r.Context().Value(caddyhttp.VarsCtxKey).(map[string]any); ok {
 		vars[varHeld] = e
 	}
-}
-
-// heldAbove returns the entry of the request that holds one of keys in space through
-// another redlock block (from e through its above), and that key; nil if none. Only
-// locks still held count.
-func heldAbove(e *inflight, space string, keys []string) (*inflight, string) {
-	for ; e != nil; e = e.above {
-		if e.owner.locker.pooled.space != space || !e.stillHeld() {
-			continue
-		}
-		for _, k := range keys {
-			if slices.Contains(e.keys, k) {
-				return e, k
-			}
-		}
-	}
-	return nil, ""
-}
-
-// covers reports whether e's locks serve a block that asks for mode (and fencing):
-// exclusive serves every mode, others their own; a fencing token only if e has one.
-func (e *inflight) covers(mode string, fencing bool) bool {
-	return (e.mode == modeExclusive || e.mode == mode) && (!fencing || e.owner.s.fencing)
 }
 
 // upstreamMayStillWork reports whether an error from the next handler can leave the
@@ -379,10 +340,11 @@ func retryAfter(d time.Duration) string {
 // running on unlocked, and takes it for a cancellation, not an upstream failure. The
 // loss is counted and logged. In dry run the request goes on: the loss is only counted
 // (also as a dry run "lost") and logged. No goroutine waits meanwhile (Lock.Context and
-// context.AfterFunc). The returned stop ends the watch and, if the loss was already
-// being handled, waits for that; it may be called more than once.
-func (h *Handler) watchLock(ctx context.Context, l heldLocks, e *inflight, r *http.Request) (stop func()) {
-	lockCtx, cancelLockCtx := l.context(ctx)
+// context.AfterFunc). The watch ends with parent (the request's own context) or when
+// the returned stop is called; stop waits for a loss already being handled, and may be
+// called more than once.
+func (h *Handler) watchLock(parent context.Context, l heldLocks, e *inflight, r *http.Request) (stop func()) {
+	lockCtx, cancelLockCtx := l.context(parent)
 	handled := make(chan struct{})
 	stopWatch := context.AfterFunc(lockCtx, func() {
 		defer close(handled)

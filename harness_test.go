@@ -509,6 +509,13 @@ func (u *upstream) snapshot() (hits, overlaps, maxInside int) {
 	return u.hits, u.overlaps, u.maxInside
 }
 
+// insideNow is how many requests are inside the upstream now.
+func (u *upstream) insideNow() int {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.nowInside
+}
+
 func (u *upstream) seenKeys() []string {
 	u.mu.Lock()
 	defer u.mu.Unlock()

@@ -44,7 +44,7 @@ type pooledLocker struct {
 	name   string // the configured name, or prefix and node addresses (no passwords)
 	prefix string
 	// space is where its keys live: the prefix and the nodes' addresses (no passwords),
-	// shared by lockers of other options on the same nodes and prefix (heldAbove).
+	// shared by lockers of other options on the same nodes and prefix (coverOf).
 	space  string
 	client *redlock.Client
 	events *eventQueue // the locker's Caddy events (events.go)

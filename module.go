@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net/textproto"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -134,6 +135,9 @@ type Handler struct {
 	ns      namespace       // where the keys live (namespace.go)
 	readers *atomic.Int32   // live handlers taking keys shared where ns's keys live (readersOn)
 	cfgDone <-chan struct{} // identifies the config this handler belongs to
+	// errorRoutes caches, per server of this config, whether error routes may run for an
+	// error the handler returns (errorroutes.go).
+	errorRoutes *sync.Map // *caddyhttp.Server -> bool; set at Provision
 }
 
 // PathKey is one `path <template> [<key>...]` line.
@@ -195,6 +199,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	}
 	h.s, h.keyer, h.locker = s, k, lease
 	h.ns, h.cfgDone = newNamespace(urls, s, h), ctx.Done()
+	h.errorRoutes = new(sync.Map)
 	h.goLive()
 	h.warnSharedName()
 	if events != nil {

@@ -89,9 +89,12 @@ type inflight struct {
 	remote string
 	since  time.Time
 	cancel context.CancelCauseFunc
-	above  *inflight // the request's entry held before this one, by another redlock block (heldAbove)
+	above  *inflight // the request's entry held before this one, by another redlock block (coverOf)
 	hold   lockSpan  // the redlock.hold span (tracing.go), set once acquired
 	x      exchange  // once held: next's response writer and what it saw (exchange.go)
+	// unwatch ends the watch of the locks (Handler.watchLock), once finish has decided
+	// their end; nil before the watch began.
+	unwatch func()
 
 	mu     sync.Mutex // guards state, heldAt and lock
 	state  requestState
@@ -135,6 +138,13 @@ func (e *inflight) setHeld(l heldLocks) {
 	defer e.mu.Unlock()
 	if e.moveLocked(stateHeld) {
 		e.heldAt, e.lock = time.Now(), l
+	}
+}
+
+// endWatch ends the watch of the request's locks, if it began.
+func (e *inflight) endWatch() {
+	if e.unwatch != nil {
+		e.unwatch()
 	}
 }
 

@@ -86,3 +86,75 @@ func TestLossStopsFastCGI(t *testing.T) {
 	}
 	noKeysLeft(t, servers, "fcgi:")
 }
+
+// Hole 7 of safety round 5: a request body still arriving after a loss is not streamed
+// on to a FastCGI application. PHP-FPM starts a script only once stdin is complete, so
+// a 64 KiB POST whose second half came after a force release ran beside the next
+// holder. Body reads are refused from the loss on, the read already waiting included
+// (exchange.go, watchedBody): the application never gets the whole body.
+func TestLossStopsFastCGIBody(t *testing.T) {
+	servers := redistest.StartN(t, 3)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const size = 64 << 10
+	got := make(chan int64, 1)
+	served := make(chan struct{})
+	go func() {
+		defer close(served)
+		// The application: counts the stdin it got; a whole body would run the script.
+		_ = fcgi.Serve(ln, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			n, _ := io.Copy(io.Discard, r.Body)
+			got <- n
+			io.WriteString(w, "ran")
+		}))
+	}()
+	t.Cleanup(func() {
+		ln.Close()
+		<-served
+	})
+	s := startCaddy(t, "", fmt.Sprintf(`
+	redlock {
+		%s
+		prefix fcgibody:
+		ttl 2s
+		node_timeout 200ms
+	}
+	reverse_proxy %s {
+		transport fastcgi
+	}`, redisLine(servers), ln.Addr()))
+	lostBefore := metricTotal(t, metrics.lost, map[string]string{"reason": "force_released"})
+
+	conn, err := net.Dial("tcp", strings.TrimPrefix(s.url, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	half := strings.Repeat("x", size/2)
+	fmt.Fprintf(conn, "POST /app.php HTTP/1.1\r\nHost: x\r\nContent-Type: text/plain\r\nContent-Length: %d\r\n\r\n%s", size, half)
+	if !waitState("/app.php", stateHeld, 5*time.Second) {
+		t.Fatal("the request never held its lock")
+	}
+	time.Sleep(200 * time.Millisecond) // the first half on its way to the application
+	forceRelease(t, s, "/app.php")
+	if !eventually(5*time.Second, func() bool {
+		return metricTotal(t, metrics.lost, map[string]string{"reason": "force_released"}) > lostBefore
+	}) {
+		t.Fatal("the loss was never counted")
+	}
+	io.WriteString(conn, half) // the rest, after the loss
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err == nil {
+		t.Logf("status %d", resp.StatusCode)
+		resp.Body.Close()
+	}
+	select {
+	case n := <-got:
+		if n == size {
+			t.Errorf("the application got the whole body (%d bytes), its second half sent after the lock was lost", n)
+		}
+	case <-time.After(5 * time.Second):
+		// The application is still waiting for stdin: it never ran.
+	}
+}
