@@ -5,6 +5,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"go.uber.org/zap"
 )
 
 // This file holds the rule for a redlock block that asks for keys its request already
@@ -167,4 +169,53 @@ func sortedMethods(m map[string]bool) []string {
 	}
 	slices.Sort(out)
 	return out
+}
+
+// warnCoverClashes says at provision what can be seen then of the rule above: another
+// block of the same config, where the same keys live, with a key template in common
+// (so the two may render the same key), one in dry run and the other not, or in modes
+// that live under other Redis names (exclusive or shared, and `limit`; or two limits).
+// Nested, such blocks refuse every request (500); side by side in two routes, an
+// exclusive lock and a `limit` place of one key do not exclude each other at all. The
+// default key (the path) is left out: blocks of other routes seldom render the same
+// path. Ttl and fencing differences are not told: harmless side by side, and nested the
+// 500 names them.
+func (h *Handler) warnCoverClashes() {
+	liveHandlers.mu.Lock()
+	var clash *Handler
+	for o := range liveHandlers.m {
+		if o != h && o.cfgDone == h.cfgDone && o.locker.pooled.space == h.locker.pooled.space &&
+			sharesTemplate(o, h) && (o.s.dryRun != h.s.dryRun || o.s.limit != h.s.limit) {
+			clash = o
+			break
+		}
+	}
+	liveHandlers.mu.Unlock()
+	if clash != nil {
+		h.logger.Warn("redlock: two redlock blocks can render the same key in dry run and not, or in modes that do not exclude each other "+
+			"(an exclusive lock and a limit place live under other Redis names): nested, the inner one refuses every request (500); "+
+			"in two routes, their requests are not kept apart. Use different keys (or one mode) for the two",
+			zap.String("block", h.describe("")), zap.String("other_block", clash.describe("")))
+	}
+}
+
+// sharesTemplate reports whether two blocks have a key template in common.
+func sharesTemplate(a, b *Handler) bool {
+	ta := a.templateSet()
+	for _, t := range b.templateSet() {
+		if slices.Contains(ta, t) {
+			return true
+		}
+	}
+	return false
+}
+
+// templateSet is every key template the block names, path templates' keys included.
+func (h *Handler) templateSet() []string {
+	out := append([]string{h.Key}, h.Keys...)
+	for _, p := range h.Paths {
+		out = append(out, p.Key)
+		out = append(out, p.Keys...)
+	}
+	return slices.DeleteFunc(out, func(s string) bool { return s == "" })
 }

@@ -91,6 +91,9 @@ func TestCoverNotByDryRun(t *testing.T) {
 	if !eventually(2*time.Second, func() bool { return s.logContains("in dry run") }) {
 		t.Error("the log does not say the held lock is a dry run")
 	}
+	if !s.logContains("two redlock blocks can render the same key") {
+		t.Error("provision did not warn of a dry-run and an enforcing block of one key template")
+	}
 }
 
 // Hole 4: a fencing block served under a held fencing lock sends the held token; before,
@@ -165,6 +168,9 @@ func TestCoverLimitOnlyByAStricterLimit(t *testing.T) {
 	}
 	if got[1] != http.StatusInternalServerError || got[2] != http.StatusInternalServerError {
 		t.Errorf("/tenant (limit 2 under limit 4): %v, want 500s", got[1:3])
+	}
+	if !s.logContains("two redlock blocks can render the same key") {
+		t.Error("provision did not warn of blocks of one key template in modes that live under other names")
 	}
 	if _, _, most := up.snapshot(); most > 2 {
 		t.Errorf("%d requests worked on the key at once under limit 2 (statuses %v)", most, got)

@@ -129,6 +129,9 @@ type matrixRow struct {
 	fastcgi           bool // the work is reached through Caddy's FastCGI transport
 	static            bool // no upstream: Caddy answers itself
 	dryRun            bool
+	// outerKeys are the keys of the site's redlock block (default: matrixKey alone); a
+	// nested block asks for matrixKey, the witness's key.
+	outerKeys string
 }
 
 // cellConfig is what a row's site body needs.
@@ -140,10 +143,28 @@ type cellConfig struct {
 	maxHold       bool
 	shortWait     bool // the busy column: the wait runs out
 	dryRun        bool
-	generation    int // bumped by the reload column
+	generation    int    // bumped by the reload column
+	outerKeys     string // matrixRow.outerKeys
 }
 
+// redlockBlock is the site's redlock block: every cell's lock.
 func (c cellConfig) redlockBlock() string {
+	keys := c.outerKeys
+	if keys == "" {
+		keys = matrixKey
+	}
+	return c.block(keys) + fmt.Sprintf("\theader X-Matrix-Generation %d\n", c.generation)
+}
+
+// nested is a route with a redlock block of matrixKey (the site block's options, and
+// extra lines) around a proxy, inside the site's block: served under its lock.
+func (c cellConfig) nested(extra ...string) string {
+	inner := c.block(matrixKey, extra...) + c.proxy()
+	return "\troute {" + strings.ReplaceAll(inner, "\n\t", "\n\t\t") + "}\n"
+}
+
+// block is a redlock block of keys with the cell's options and extra lines.
+func (c cellConfig) block(keys string, lines ...string) string {
 	var extra string
 	wait := "15s"
 	if c.shortWait {
@@ -155,6 +176,9 @@ func (c cellConfig) redlockBlock() string {
 	if c.dryRun {
 		extra += "\n\t\tdry_run"
 	}
+	for _, l := range lines {
+		extra += "\n\t\t" + l
+	}
 	return fmt.Sprintf(`
 	redlock {
 		%s
@@ -165,8 +189,7 @@ func (c cellConfig) redlockBlock() string {
 		node_timeout %v
 		fencing%s
 	}
-	header X-Matrix-Generation %d
-`, c.redis, matrixPrefix, matrixKey, matrixTTL, wait, matrixNodeTimeout, extra, c.generation)
+`, c.redis, matrixPrefix, keys, matrixTTL, wait, matrixNodeTimeout, extra)
 }
 
 // proxy is a reverse_proxy block to the ledger's HTTP side with extra subdirectives.
@@ -239,6 +262,26 @@ var matrixRows = []matrixRow{
 		// configuration.md warns of, so the row scopes it by status as the docs say.
 		site: func(c cellConfig) string {
 			return c.proxy() + fmt.Sprintf("\thandle_errors 502 504 {\n\t\treverse_proxy %s {\n\t\t\theader_up X-Lock-Key {http.redlock.key}\n\t\t\theader_up X-Work \"d=4s,stream\"\n\t\t}\n\t}\n", c.up)
+		}},
+	// Nested blocks (round 5): a block asking for keys the request holds through the
+	// site's block is served under that lock, watched, with the held token. Refused
+	// shapes (a superset of the held keys, limit under exclusive, enforcing under dry
+	// run) answer 500 at once and are TestCover*'s; a limit row would need a judge of n
+	// holders (the witness is exclusive).
+	{name: "nested", method: "GET", ends: except(endRetry), // no retries configured
+		site: func(c cellConfig) string { return c.nested() }},
+	{name: "nestedsubset", method: "GET", ends: except(endRetry), outerKeys: matrixKey + " other",
+		site: func(c cellConfig) string { return c.nested() }},
+	{name: "nestedshared", method: "GET", ends: except(endRetry), // an exclusive lock serves a reader
+		site: func(c cellConfig) string { return c.nested("shared GET") }},
+	{name: "nesteddryrun", method: "GET", dryRun: true, ends: except(endRetry),
+		site: func(c cellConfig) string { return c.nested() }},
+	{name: "errorblock", method: "GET", ends: except(endRetry), lossBeforeHeaders: true, // no retries configured
+		// handleerrors, with the error route's proxy in a redlock block of the key: served
+		// under the held lock and watched by it (a loss cuts the re-proxy).
+		site: func(c cellConfig) string {
+			inner := c.block(matrixKey) + fmt.Sprintf("\treverse_proxy %s {\n\t\theader_up X-Lock-Key {http.redlock.key}\n\t\theader_up X-Work \"d=4s,stream\"\n\t}\n", c.up)
+			return c.proxy() + "\thandle_errors 502 504 {" + strings.ReplaceAll(inner, "\n\t", "\n\t\t") + "}\n"
 		}},
 	{name: "static", method: "GET", static: true,
 		// respond answers at once: there is no moment to abort, reset, time out, retry,
@@ -475,7 +518,7 @@ func runCell(t *testing.T, row matrixRow, end matrixEnd) (broken []string) {
 		t.Fatal(err)
 	}
 	cfg := cellConfig{redis: redisLine(servers), up: up.httpAddr, fcgi: up.fcgiAddr, root: root,
-		headerTimeout: end == endTimeout || end == endRetry, maxHold: end == endMaxHold, shortWait: end == endBusy, dryRun: row.dryRun}
+		headerTimeout: end == endTimeout || end == endRetry, maxHold: end == endMaxHold, shortWait: end == endBusy, dryRun: row.dryRun, outerKeys: row.outerKeys}
 	grace := "10s"
 	if end == endShutdown {
 		grace = "200ms" // the stop cuts the request instead of waiting for it

@@ -202,6 +202,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	h.errorRoutes = new(sync.Map)
 	h.goLive()
 	h.warnSharedName()
+	h.warnCoverClashes()
 	if events != nil {
 		lease.pooled.events.attach(h, ctx, events)
 	}
