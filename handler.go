@@ -160,10 +160,12 @@ func (h *Handler) serveLocked(ctx context.Context, w http.ResponseWriter, r *htt
 	}
 	setHeldList(r, e) // for the redlock blocks behind and in error routes (coverOf)
 	nextCtx := x.begin(ctx, w)
-	r.Body = x.watchBody(r.Body)                  // in place: error routes read the request's own body
-	e.unwatch = h.watchLock(r.Context(), l, e, r) // not ctx: it ends with ServeHTTP, before Caddy's error routes
+	r.Body = x.watchBody(r.Body)                         // in place: error routes read the request's own body
+	settle, unwatch := h.watchLock(r.Context(), l, e, r) // not ctx: it ends with ServeHTTP, before Caddy's error routes
+	e.unwatch = unwatch
 	err = next.ServeHTTP(x, r.WithContext(nextCtx))
-	ended = requestEnd{cancelled: ctx.Err() != nil, mayWork: upstreamMayStillWork(err, r), tunnel: tunnelEndOf(kind, x),
+	settle()
+	ended = requestEnd{cancelled: ctx.Err() != nil || e.cutUnder.Load(), mayWork: upstreamMayStillWork(err, r), tunnel: tunnelEndOf(kind, x),
 		retries: proxyRetries(repl), unsent: x.unsent(), unanswered: x.unanswered()}
 	if x.lost.Load() != nil {
 		// Cut by the loss (never in dry run): next's error, if any, is that cut seen from
@@ -342,8 +344,11 @@ func retryAfter(d time.Duration) string {
 // (also as a dry run "lost") and logged. No goroutine waits meanwhile (Lock.Context and
 // context.AfterFunc). The watch ends with parent (the request's own context) or when
 // the returned stop is called; stop waits for a loss already being handled, and may be
-// called more than once.
-func (h *Handler) watchLock(parent context.Context, l heldLocks, e *inflight, r *http.Request) (stop func()) {
+// called more than once. settle waits, if a lock is lost, until the loss was handled:
+// a block served under the locks may have seen the loss first and cut its part, and
+// the request must then end as cut (x.lost set), and the loss be counted, not missed
+// by a stop that came before the watch ran.
+func (h *Handler) watchLock(parent context.Context, l heldLocks, e *inflight, r *http.Request) (settle, stop func()) {
 	lockCtx, cancelLockCtx := l.context(parent)
 	handled := make(chan struct{})
 	stopWatch := context.AfterFunc(lockCtx, func() {
@@ -368,8 +373,14 @@ func (h *Handler) watchLock(parent context.Context, l heldLocks, e *inflight, r 
 		}
 		h.logger.Error("redlock lock lost while the request ran: request aborted", fields...)
 	})
+	settle = func() {
+		if isLost(l.err()) { // the lock's own Context ends lockCtx, and then the watch runs
+			<-lockCtx.Done()
+			<-handled
+		}
+	}
 	var once sync.Once
-	return func() {
+	return settle, func() {
 		once.Do(func() {
 			if !stopWatch() {
 				<-handled

@@ -129,6 +129,7 @@ type matrixRow struct {
 	fastcgi           bool // the work is reached through Caddy's FastCGI transport
 	static            bool // no upstream: Caddy answers itself
 	dryRun            bool
+	errorRoute        bool // handle_errors routes proxy again: an upstream failure is answered by them
 	// outerKeys are the keys of the site's redlock block (default: matrixKey alone); a
 	// nested block asks for matrixKey, the witness's key.
 	outerKeys string
@@ -253,7 +254,7 @@ var matrixRows = []matrixRow{
 			return fmt.Sprintf("\troot * %s\n\tphp_fastcgi %s {\n\t\theader_up X-Lock-Key {http.redlock.key}\n\t\tflush_interval -1\n\t\t%s\n\t}\n",
 				c.root, c.fcgi, c.fcgiTimeout())
 		}},
-	{name: "handleerrors", method: "GET", ends: except(endRetry), lossBeforeHeaders: true, // no retries configured
+	{name: "handleerrors", method: "GET", ends: except(endRetry), lossBeforeHeaders: true, errorRoute: true, // no retries configured
 		// An upstream failure (502, 504: what a loss or Caddy's exit looked like before
 		// they read as cancellations) runs a route that proxies again, with short
 		// attentive work. The handler's own refusals (423, 503) go through handle_errors
@@ -276,7 +277,7 @@ var matrixRows = []matrixRow{
 		site: func(c cellConfig) string { return c.nested("shared GET") }},
 	{name: "nesteddryrun", method: "GET", dryRun: true, ends: except(endRetry),
 		site: func(c cellConfig) string { return c.nested() }},
-	{name: "errorblock", method: "GET", ends: except(endRetry), lossBeforeHeaders: true, // no retries configured
+	{name: "errorblock", method: "GET", ends: except(endRetry), lossBeforeHeaders: true, errorRoute: true, // no retries configured
 		// handleerrors, with the error route's proxy in a redlock block of the key: served
 		// under the held lock and watched by it (a loss cuts the re-proxy).
 		site: func(c cellConfig) string {
@@ -456,7 +457,7 @@ func expectMain(row matrixRow, end matrixEnd) outcome {
 	switch {
 	case row.dryRun && (end.lost() || end == endBusy):
 		return wantComplete // dry run never cuts or refuses a request: it counts and logs
-	case end == endBusy && row.name == "handleerrors":
+	case end == endBusy && row.errorRoute:
 		return wantAny // the error route answers
 	case end == endBusy:
 		return wantRefused
@@ -467,7 +468,7 @@ func expectMain(row matrixRow, end matrixEnd) outcome {
 			return wantCut // reverse_proxy closes its tunnels when its config is unloaded
 		}
 		return wantComplete
-	case end == endTimeout && row.name == "handleerrors":
+	case end == endTimeout && row.errorRoute:
 		return wantAny // the error route answers
 	case end == endTimeout, end.lost():
 		return wantCut

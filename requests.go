@@ -6,6 +6,7 @@ import (
 	"slices"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
@@ -95,6 +96,9 @@ type inflight struct {
 	// unwatch ends the watch of the locks (Handler.watchLock), once finish has decided
 	// their end; nil before the watch began.
 	unwatch func()
+	// cutUnder: a block served under these locks cut its part of the request (its own
+	// max_hold, or a loss it saw first): the request ends cut short (under.go).
+	cutUnder atomic.Bool
 
 	mu     sync.Mutex // guards state, heldAt and lock
 	state  requestState

@@ -87,6 +87,9 @@ func (h *Handler) watchUnder(ctx context.Context, by []*inflight, x *exchange, c
 		}
 		x.cut(le)
 		cancel(cutCause{le})
+		for _, e := range by {
+			e.cutUnder.Store(true) // the holders end cut short: the upstream may still work
+		}
 		h.logger.Error("redlock lock lost while a block served under it ran: request aborted",
 			zap.String("key", key), zap.String("reason", string(le.Reason)))
 	}

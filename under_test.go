@@ -68,3 +68,26 @@ func forceRelease(t *testing.T, s *site, key string) {
 		t.Fatalf("force release of %q: %d %s", key, code, body)
 	}
 }
+
+// A block served under a held lock keeps its own max_hold, counted from the holder's
+// acquire: the block around has none, the inner one 1 s; the upstream's work is cut at
+// 1 s, and the request ends cut short (its key drains, not handed on at once).
+func TestServedBlockKeepsItsMaxHold(t *testing.T) {
+	servers := redistest.StartN(t, 3)
+	up := newUpstream(t, 4*time.Second, nil)
+	s := startCaddy(t, "", fmt.Sprintf(`
+	%s
+	route {
+		%s
+		%s
+	}`, coverBlock(servers, "key res"), coverBlock(servers, "key res", "max_hold 1s"), proxyTo(up)))
+	c := &http.Client{Timeout: 20 * time.Second}
+	start := time.Now()
+	code, _, _ := get(t, c, "GET", s.url+"/a", nil)
+	if took := time.Since(start); code != http.StatusServiceUnavailable || took > 3*time.Second {
+		t.Errorf("status %d after %v, want 503 at the inner block's max_hold (1 s)", code, took.Round(time.Millisecond))
+	}
+	if !waitState("res", stateDraining, 2*time.Second) {
+		t.Error("the key was not kept (draining) after the cut: the upstream may still work")
+	}
+}
