@@ -97,7 +97,9 @@ type inflight struct {
 	// their end; nil before the watch began.
 	unwatch func()
 	// cutUnder: a block served under these locks cut its part of the request (its own
-	// max_hold, or a loss it saw first): the request ends cut short (under.go).
+	// max_hold, or a loss it saw first): the request ends cut short (under.go). Defence
+	// in depth: the cuts known so far also show to the holder (a traced round trip left
+	// unanswered, an aborted response, the loss itself).
 	cutUnder atomic.Bool
 
 	mu     sync.Mutex // guards state, heldAt and lock

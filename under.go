@@ -88,7 +88,7 @@ func (h *Handler) watchUnder(ctx context.Context, by []*inflight, x *exchange, c
 		x.cut(le)
 		cancel(cutCause{le})
 		for _, e := range by {
-			e.cutUnder.Store(true) // the holders end cut short: the upstream may still work
+			e.cutUnder.Store(true) // the holders end cut short, whatever they see of it
 		}
 		h.logger.Error("redlock lock lost while a block served under it ran: request aborted",
 			zap.String("key", key), zap.String("reason", string(le.Reason)))
