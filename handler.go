@@ -344,10 +344,10 @@ func retryAfter(d time.Duration) string {
 // (also as a dry run "lost") and logged. No goroutine waits meanwhile (Lock.Context and
 // context.AfterFunc). The watch ends with parent (the request's own context) or when
 // the returned stop is called; stop waits for a loss already being handled, and may be
-// called more than once. settle waits, if a lock is lost, until the loss was handled:
-// a block served under the locks may have seen the loss first and cut its part, and
-// the request must then end as cut (x.lost set), and the loss be counted, not missed
-// by a stop that came before the watch ran.
+// called more than once; it settles first. settle waits, if a lock is lost, until the
+// loss was handled: a block served under the locks may have seen the loss first and
+// cut its part, and the request must then end as cut (x.lost set), and the loss be
+// counted, not missed by a stop that came before the watch ran.
 func (h *Handler) watchLock(parent context.Context, l heldLocks, e *inflight, r *http.Request) (settle, stop func()) {
 	lockCtx, cancelLockCtx := l.context(parent)
 	handled := make(chan struct{})
@@ -382,6 +382,7 @@ func (h *Handler) watchLock(parent context.Context, l heldLocks, e *inflight, r 
 	var once sync.Once
 	return settle, func() {
 		once.Do(func() {
+			settle() // a loss is handled (counted), never dropped by stopping the watch first
 			if !stopWatch() {
 				<-handled
 			}
