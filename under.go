@@ -74,10 +74,13 @@ func (h *Handler) watchUnder(ctx context.Context, by []*inflight, x *exchange, c
 		watchCtx, c = l.context(watchCtx)
 		cancels = append(cancels, c)
 	}
-	if h.s.maxHold > 0 {
+	// The block's own max_hold, where the holder's does not end the hold as soon (the
+	// holder's own is its watch's to count and cut, as for any loss).
+	var ownMaxHold *redlock.LostError
+	if held := by[0].owner.s.maxHold; h.s.maxHold > 0 && (held == 0 || held > h.s.maxHold) {
+		ownMaxHold = &redlock.LostError{Key: key, Reason: redlock.LostMaxHold}
 		var c context.CancelFunc
-		watchCtx, c = context.WithDeadlineCause(watchCtx, by[0].heldSince().Add(h.s.maxHold),
-			&redlock.LostError{Key: key, Reason: redlock.LostMaxHold})
+		watchCtx, c = context.WithDeadlineCause(watchCtx, by[0].heldSince().Add(h.s.maxHold), ownMaxHold)
 		cancels = append(cancels, c)
 	}
 	cut := func() {
@@ -89,6 +92,12 @@ func (h *Handler) watchUnder(ctx context.Context, by []*inflight, x *exchange, c
 		cancel(cutCause{le})
 		for _, e := range by {
 			e.cutUnder.Store(true) // the holders end cut short, whatever they see of it
+		}
+		if le == ownMaxHold {
+			metrics.lost.WithLabelValues(h.label(), string(le.Reason)).Inc()
+			h.logger.Error("redlock max_hold of a block served under a held lock reached: request aborted",
+				zap.String("key", key), zap.Duration("max_hold", h.s.maxHold))
+			return
 		}
 		h.logger.Error("redlock lock lost while a block served under it ran: request aborted",
 			zap.String("key", key), zap.String("reason", string(le.Reason)))
