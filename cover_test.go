@@ -26,6 +26,7 @@ func coverBlock(servers []*redistest.Server, lines ...string) string {
 // held key alone left the other unlocked: /transfer/a/b and /account/b worked on account
 // b together. It is refused at once, naming the key it lacks.
 func TestCoverEveryKeyHeld(t *testing.T) {
+	skipShort(t)
 	servers := redistest.StartN(t, 3)
 	up := newUpstream(t, time.Second, nil)
 	s := startCaddy(t, "", fmt.Sprintf(`
@@ -67,6 +68,7 @@ func TestCoverEveryKeyHeld(t *testing.T) {
 // dry-run lock cuts nothing when lost: serving the enforcing block under it let a force
 // release go unheeded while the next request worked on the key. It is refused at once.
 func TestCoverNotByDryRun(t *testing.T) {
+	skipShort(t)
 	servers := redistest.StartN(t, 3)
 	up := newUpstream(t, 1500*time.Millisecond, nil)
 	s := startCaddy(t, "", fmt.Sprintf(`
@@ -135,6 +137,7 @@ func TestCoverSendsTheHeldToken(t *testing.T) {
 // at once). Taking a place of its own would wait for the request's own hold (one local
 // line per key), so both are refused at once, and at most 2 work at once.
 func TestCoverLimitOnlyByAStricterLimit(t *testing.T) {
+	skipShort(t)
 	servers := redistest.StartN(t, 3)
 	up := newUpstream(t, 1500*time.Millisecond, nil)
 	s := startCaddy(t, "", fmt.Sprintf(`

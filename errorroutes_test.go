@@ -16,6 +16,7 @@ import (
 // stay held until the request ends (errorroutes.go): released at once, two requests'
 // fallbacks ran together.
 func TestSubrouteErrorRoutesRunUnderTheLock(t *testing.T) {
+	skipShort(t)
 	servers := redistest.StartN(t, 3)
 	up := newUpstream(t, time.Second, nil)
 	s := startCaddyPatched(t, "", fmt.Sprintf(`

@@ -17,6 +17,7 @@ import (
 // only the served block can cut them: a force release during the fallback must stop it
 // (under.go), or the next request's fallback overlaps it.
 func TestLossCutsBlockServedInErrorRoute(t *testing.T) {
+	skipShort(t)
 	servers := redistest.StartN(t, 3)
 	up := newUpstream(t, 3*time.Second, nil)
 	block := coverBlock(servers, "key res")
@@ -73,6 +74,7 @@ func forceRelease(t *testing.T, s *site, key string) {
 // acquire: the block around has none, the inner one 1 s; the upstream's work is cut at
 // 1 s, and the request ends cut short (its key drains, not handed on at once).
 func TestServedBlockKeepsItsMaxHold(t *testing.T) {
+	skipShort(t)
 	servers := redistest.StartN(t, 3)
 	up := newUpstream(t, 4*time.Second, nil)
 	s := startCaddy(t, "", fmt.Sprintf(`
