@@ -7,6 +7,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	mrand "math/rand/v2"
@@ -134,6 +135,28 @@ type cellCaddy struct {
 	log        string
 	cmd        *exec.Cmd
 	exited     <-chan struct{}
+	// patch, if set, changes the adapted JSON config of every load (what a Caddyfile
+	// cannot say, such as a subroute's errors routes): the process then runs JSON.
+	patch func(cfg map[string]any)
+}
+
+// config is the whole config of a load of body, and its content type: the Caddyfile,
+// or its JSON adaptation with patch applied.
+func (p *cellCaddy) config(t *testing.T, body string) (contentType string, cfg []byte) {
+	text := p.caddyfile(body)
+	if p.patch == nil {
+		return "text/caddyfile", []byte(text)
+	}
+	var m map[string]any
+	if err := json.Unmarshal(adapt(t, text), &m); err != nil {
+		t.Fatal(err)
+	}
+	p.patch(m)
+	b, err := json.Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return "application/json", b
 }
 
 // caddyfile is a cell's whole Caddyfile: h2c on (the h2reset column), logs to the
@@ -161,11 +184,11 @@ http://:%d {
 
 // startCellCaddy runs cmd/caddy with the site body until the test ends (or it exits).
 // A port taken meanwhile (another cell, another program) makes it try again on others.
-func startCellCaddy(t *testing.T, grace, body string) *cellCaddy {
+func startCellCaddy(t *testing.T, grace, body string, patch func(cfg map[string]any)) *cellCaddy {
 	t.Helper()
 	dir := t.TempDir()
 	for attempt := 1; ; attempt++ {
-		p, err := launchCellCaddy(t, dir, attempt, grace, body)
+		p, err := launchCellCaddy(t, dir, attempt, grace, body, patch)
 		if err == nil {
 			return p
 		}
@@ -176,20 +199,28 @@ func startCellCaddy(t *testing.T, grace, body string) *cellCaddy {
 }
 
 // launchCellCaddy is one try of startCellCaddy.
-func launchCellCaddy(t *testing.T, dir string, attempt int, grace, body string) (*cellCaddy, error) {
+func launchCellCaddy(t *testing.T, dir string, attempt int, grace, body string, patch func(cfg map[string]any)) (*cellCaddy, error) {
 	p := &cellCaddy{port: matrixPort(t), adminPort: matrixPort(t), grace: grace,
-		log: filepath.Join(dir, fmt.Sprintf("caddy-%d.log", attempt))}
+		log: filepath.Join(dir, fmt.Sprintf("caddy-%d.log", attempt)), patch: patch}
 	p.hostport = fmt.Sprintf("127.0.0.1:%d", p.port)
 	p.url, p.admin = "http://"+p.hostport, fmt.Sprintf("http://localhost:%d", p.adminPort)
-	file := filepath.Join(dir, "Caddyfile")
-	if err := os.WriteFile(file, []byte(p.caddyfile(body)), 0o600); err != nil {
+	ctype, cfg := p.config(t, body)
+	file, adapter := filepath.Join(dir, "Caddyfile"), "caddyfile"
+	if ctype == "application/json" {
+		file, adapter = filepath.Join(dir, "caddy.json"), "" // JSON: no adapter
+	}
+	if err := os.WriteFile(file, cfg, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	logf, err := os.Create(p.log)
 	if err != nil {
 		t.Fatal(err)
 	}
-	p.cmd = exec.Command(caddyBinary(t), "run", "--config", file, "--adapter", "caddyfile")
+	args := []string{"run", "--config", file}
+	if adapter != "" {
+		args = append(args, "--adapter", adapter)
+	}
+	p.cmd = exec.Command(caddyBinary(t), args...)
 	p.cmd.Stdout, p.cmd.Stderr = logf, logf
 	p.cmd.Env = append(os.Environ(), "XDG_CONFIG_HOME="+dir, "XDG_DATA_HOME="+dir)
 	exited, err := childproc.Fork(p.cmd, func(error) { logf.Close() }) // dies with the test binary

@@ -130,6 +130,10 @@ type matrixRow struct {
 	static            bool // no upstream: Caddy answers itself
 	dryRun            bool
 	errorRoute        bool // handle_errors routes proxy again: an upstream failure is answered by them
+	// ownBlock: the site body holds the cell's redlock block itself (cellConfig.redlockBlock)
+	ownBlock bool
+	// patch changes the adapted JSON config (what the Caddyfile cannot say).
+	patch func(t *testing.T, cfg map[string]any, c cellConfig)
 	// outerKeys are the keys of the site's redlock block (default: matrixKey alone); a
 	// nested block asks for matrixKey, the witness's key.
 	outerKeys string
@@ -283,6 +287,24 @@ var matrixRows = []matrixRow{
 		site: func(c cellConfig) string {
 			inner := c.block(matrixKey) + fmt.Sprintf("\treverse_proxy %s {\n\t\theader_up X-Lock-Key {http.redlock.key}\n\t\theader_up X-Work \"d=4s,stream\"\n\t}\n", c.up)
 			return c.proxy() + "\thandle_errors 502 504 {" + strings.ReplaceAll(inner, "\n\t", "\n\t\t") + "}\n"
+		}},
+	{name: "subrouteerrors", method: "GET", ends: except(endRetry), lossBeforeHeaders: true, errorRoute: true, ownBlock: true,
+		// handleerrors, but the routes that proxy again are the errors routes of a
+		// (JSON) subroute the redlock block sits in: they run once it has returned.
+		site: func(c cellConfig) string {
+			return "\troute {" + strings.ReplaceAll(c.redlockBlock()+c.proxy(), "\n\t", "\n\t\t") + "}\n"
+		},
+		patch: func(t *testing.T, cfg map[string]any, c cellConfig) {
+			sr := findSubrouteWith(cfg, "redlock")
+			if sr == nil {
+				t.Fatal("no subroute with the redlock handler in the adapted config")
+			}
+			sr["errors"] = map[string]any{"routes": []any{map[string]any{
+				"match": []any{map[string]any{"expression": "{http.error.status_code} in [502, 504]"}},
+				"handle": []any{map[string]any{"handler": "reverse_proxy", "upstreams": []any{map[string]any{"dial": c.up}},
+					"headers": map[string]any{"request": map[string]any{"set": map[string]any{
+						"X-Lock-Key": []any{"{http.redlock.key}"}, "X-Work": []any{"d=4s,stream"}}}}}},
+			}}}
 		}},
 	{name: "static", method: "GET", static: true,
 		// respond answers at once: there is no moment to abort, reset, time out, retry,
@@ -524,8 +546,17 @@ func runCell(t *testing.T, row matrixRow, end matrixEnd) (broken []string) {
 	if end == endShutdown {
 		grace = "200ms" // the stop cuts the request instead of waiting for it
 	}
-	site := func() string { return cfg.redlockBlock() + row.site(cfg) }
-	p := startCellCaddy(t, grace, site())
+	site := func() string {
+		if row.ownBlock {
+			return row.site(cfg)
+		}
+		return cfg.redlockBlock() + row.site(cfg)
+	}
+	var patch func(map[string]any)
+	if row.patch != nil {
+		patch = func(m map[string]any) { row.patch(t, m, cfg) }
+	}
+	p := startCellCaddy(t, grace, site(), patch)
 	wit := newWitness(t, servers, matrixPrefix, matrixKey)
 	defer wit.halt()
 	run := &cellRun{row: row, end: end}
@@ -668,7 +699,8 @@ func faultFor(t *testing.T, p *cellCaddy, servers []*redistest.Server, up *ledge
 		}
 	case endReload:
 		cfg.generation++
-		if err := p.adminDo("POST", "/load", "text/caddyfile", p.caddyfile(site())); err != nil {
+		ctype, body := p.config(t, site())
+		if err := p.adminDo("POST", "/load", ctype, string(body)); err != nil {
 			t.Errorf("reload: %v", err)
 		}
 	}
