@@ -178,7 +178,9 @@ func (h *Handler) serveLocked(ctx context.Context, w http.ResponseWriter, r *htt
 		abort = x.afterLoss(w)
 		return nil
 	}
-	ended.outerWork = h.outerWork(err, w, r)
+	if ended.outerWork = h.outerWork(err, w, r); ended.outerWork {
+		e.watchOuter(r) // the routes Caddy runs next are cut on a loss too
+	}
 	return err
 }
 
@@ -192,12 +194,13 @@ func (h *Handler) finish(l heldLocks, e *inflight, r *http.Request, ended reques
 		// ends once Caddy's handling returns (net/http cancels it), or never for a
 		// virtual request: that one drains at once.
 		ended.outerWork, ended.outerRan = false, true
-		if r.Context().Done() != nil {
-			context.AfterFunc(r.Context(), func() { h.finish(l, e, r, ended) })
+		if ctx := e.requestContext(r); ctx.Done() != nil {
+			context.AfterFunc(ctx, func() { h.finish(l, e, r, ended) })
 			return
 		}
 	}
 	e.endWatch() // the locks are released, handed over or drained from here on
+	e.endOuter()
 	if ended.cut() {
 		ended.allGone = locksGone(l) // read only here: every request passes by
 	}
@@ -360,12 +363,13 @@ func (h *Handler) watchLock(parent context.Context, l heldLocks, e *inflight, r 
 		if !h.s.dryRun {
 			e.x.cut(le) // first: no write may follow the cancellation
 			e.cancel(cutCause{le})
+			e.cutOuter(le) // the routes Caddy runs after the handler, if running
 		}
 		metrics.lost.WithLabelValues(h.label(), string(le.Reason)).Inc()
 		h.lockLostEvent(e, le)
 		fields := []zap.Field{zap.String("key", e.key), zap.String("lost_key", le.Key), zap.String("reason", string(le.Reason)),
 			zap.Int("renewals", l.renewals()), zap.Int64("wait_ms", e.waitedFor().Milliseconds()),
-			zap.Int64("held_ms", e.heldFor().Milliseconds()), tokenField(l), zap.String("method", r.Method), zap.String("uri", r.RequestURI)}
+			zap.Int64("held_ms", e.heldFor().Milliseconds()), tokenField(l), zap.String("method", e.method), zap.String("uri", e.uri)}
 		if h.s.dryRun {
 			countDryRun(h.label(), "lost")
 			h.logger.Info("redlock dry run: lock lost while the request ran; it goes on unlocked (enforcing would have aborted it)", fields...)

@@ -102,10 +102,14 @@ type inflight struct {
 	// unanswered, an aborted response, the loss itself).
 	cutUnder atomic.Bool
 
-	mu     sync.Mutex // guards state, heldAt and lock
+	mu     sync.Mutex // guards state, heldAt, lock, reqCtx and cancelOuter
 	state  requestState
 	heldAt time.Time
 	lock   heldLocks
+	// Once the handler returned with routes of Caddy's to run (outer.go): the request's
+	// own context, and the cancel of the one those routes got.
+	reqCtx      context.Context
+	cancelOuter context.CancelCauseFunc
 }
 
 // requests is the table of in-flight requests, by pointer.
