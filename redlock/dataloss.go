@@ -129,6 +129,7 @@ type marker struct {
 	value string        // the marker's value (mark/run_id:created_ms)
 	age   time.Duration // how long ago the node created it, by its own clock
 	aged  bool          // age was read (the marker holds the node's clock: a user granted TIME)
+	seq   int64         // the node's write sequence (rollback.go): 0 none yet, -1 not read
 }
 
 // markOf is the mark of a marker value (mark/run_id:created_ms, announceScript) when
@@ -146,14 +147,18 @@ func markOf(value, runID string) string {
 	return mark
 }
 
-// parseMarker reads announceScript's reply {bound_ms, marker, now_ms}.
+// parseMarker reads announceScript's reply {bound_ms, marker, now_ms, write sequence}.
 func parseMarker(reply transport.Reply) (marker, error) {
 	vals, err := reply.Slice()
 	if err != nil {
 		return marker{}, err
 	}
-	if len(vals) != 3 {
-		return marker{}, fmt.Errorf("announce reply of %d items, want 3", len(vals))
+	if len(vals) != 4 {
+		return marker{}, fmt.Errorf("announce reply of %d items, want 4", len(vals))
+	}
+	seq, ok := vals[3].(int64)
+	if !ok {
+		return marker{}, errors.New("announce reply of the wrong types")
 	}
 	bound, ok1 := vals[0].(int64)
 	value, ok2 := vals[1].(string)
@@ -161,7 +166,7 @@ func parseMarker(reply transport.Reply) (marker, error) {
 	if !ok1 || !ok2 || !ok3 {
 		return marker{}, errors.New("announce reply of the wrong types")
 	}
-	m := marker{bound: bound, value: value}
+	m := marker{bound: bound, value: value, seq: seq}
 	if _, created, ok := strings.Cut(value, ":"); ok {
 		if ms, err := strconv.ParseInt(created, 10, 64); err == nil && ms > 0 && now >= ms {
 			m.age, m.aged = time.Duration(now-ms)*time.Millisecond, true
@@ -196,14 +201,20 @@ func (n *node) grantHolds(rep nodeReply, now time.Time) (heldBack time.Time) {
 	}
 	lostMarker := n.marker != "" && rep.marker != n.marker
 	evicted := rep.evicted >= 0 && n.evicted >= 0 && rep.evicted != n.evicted
+	wentBack := seqWentBack(rep) // rollback.go
 	if rep.evicted >= 0 {
 		n.evicted = rep.evicted
 	}
-	if !lostMarker && !evicted {
+	if wentBack {
+		n.seq.Store(rep.seq) // the new history's reading
+	} else {
+		n.noteSeqLocked(rep.seq)
+	}
+	if !lostMarker && !evicted && !wentBack {
 		n.mu.Unlock()
 		return time.Time{}
 	}
-	if lostMarker {
+	if lostMarker || wentBack {
 		// Forget the old reading, and hold the node back until the marker is read again
 		// (markerDue): the next health check reads it anew (re-created by then, or by it)
 		// as a first sight, dated by its age (youngness), without seeing this loss a
@@ -215,7 +226,11 @@ func (n *node) grantHolds(rep nodeReply, now time.Time) (heldBack time.Time) {
 	n.mu.Unlock()
 	until := now.Add(n.c.quarantine())
 	seen := "acquire: data marker gone or changed (votes again once the marker is read anew)"
-	if !lostMarker {
+	switch {
+	case wentBack:
+		seen = seqLossLog
+		n.forgetMarker() // tell the other clients (rollback.go)
+	case !lostMarker:
 		seen = "acquire: keys evicted"
 	}
 	n.c.opt.Logger.Warn("redis node may have lost its keys; it will not vote until its quarantine ends",

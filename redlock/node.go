@@ -33,7 +33,10 @@ type node struct {
 	// markerRead: this client has read the node's data marker once. Its hellos carry the
 	// client's first mark (Client.firstMark) until then, a random mark after (voting.go).
 	markerRead atomic.Bool
-	health     healthReport // what the HealthObserver was told; health loop only
+	// seq is the highest write sequence this client took in from the node (rollback.go),
+	// 0 before any; written under mu, read without it (sendRound).
+	seq    atomic.Int64
+	health healthReport // what the HealthObserver was told; health loop only
 
 	mu          sync.Mutex
 	runID       string
@@ -133,7 +136,7 @@ func (n *node) hello() [][]any {
 	}
 	return [][]any{
 		{"info"},
-		{"eval", announceScript, 2, n.c.boundKey(), n.c.markerKey(), b.Milliseconds(),
+		{"eval", announceScript, 3, n.c.boundKey(), n.c.markerKey(), n.c.seqKey(), b.Milliseconds(),
 			boundExpiry(b).Milliseconds(), maxBound.Milliseconds(), mark},
 	}
 }
@@ -224,6 +227,7 @@ func (n *node) observe(info string, ann transport.Reply) {
 		}
 		n.marker, n.markerDue = m.value, false
 		n.markerRead.Store(true)
+		n.noteSeqLocked(m.seq)
 	}
 	var until time.Time
 	if cause != "" {
