@@ -205,8 +205,8 @@ func (n *node) grantHolds(rep nodeReply, now time.Time) (heldBack time.Time) {
 	if rep.evicted >= 0 {
 		n.evicted = rep.evicted
 	}
-	if wentBack {
-		n.seq.Store(rep.seq) // the new history's reading
+	if lostMarker || evicted || wentBack {
+		n.seq.Store(max(rep.seq, 0)) // a loss seen: the new history's reading (rollback.go)
 	} else {
 		n.noteSeqLocked(rep.seq)
 	}

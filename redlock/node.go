@@ -227,7 +227,17 @@ func (n *node) observe(info string, ann transport.Reply) {
 		}
 		n.marker, n.markerDue = m.value, false
 		n.markerRead.Store(true)
-		n.noteSeqLocked(m.seq)
+		if cause != "" {
+			n.seq.Store(max(m.seq, 0)) // a loss seen: the new history's reading (rollback.go)
+		} else {
+			n.noteSeqLocked(m.seq)
+		}
+	}
+	// A marker that outlived its process came with data from a snapshot or a replica,
+	// which may be older than what other clients saw there: tell them (rollback.go).
+	survived := cause == QuarantineRestart && mErr == nil && prevMarker != "" && m.value == prevMarker
+	if survived {
+		n.marker, n.markerDue = "", true // deleted below: read anew at the next health check
 	}
 	var until time.Time
 	if cause != "" {
@@ -253,6 +263,9 @@ func (n *node) observe(info string, ann transport.Reply) {
 		}
 	}
 	n.mu.Unlock()
+	if survived {
+		n.forgetMarker()
+	}
 	if cause != "" {
 		n.c.opt.Logger.Warn("redis node may have lost its keys; it will not vote until its quarantine ends",
 			slog.String("node", n.addr), slog.String("cause", string(cause)), slog.String("previous_run_id", prevID),

@@ -43,22 +43,29 @@ import (
 // grant is no vote, and the node is quarantined from now as for a data loss
 // (QuarantineDataLoss): whatever the rollback lost was written before now, so every lock
 // it lost has lapsed when the quarantine (max_ttl + drift) ends. The client then takes the
-// new history's value as its reading. It also deletes the node's marker (forgetMarker):
-// every other client whose grants carry the marker it read sees it gone at its next grant
-// from that node, refuses it and quarantines the node too (dataloss.go). One client that
-// sees the rollback thus tells all of them, including those that never read the sequence
-// after the point the node went back to.
+// new history's value as its reading; so it does on any loss it sees otherwise (a run_id
+// changed, a marker gone, an eviction: the node is quarantined for it anyway), else a node
+// restarted empty, its sequence begun again at 1, would be refused a second time once its
+// quarantine ended. It also deletes the node's marker (forgetMarker): every other client
+// whose grants carry the marker it read sees it gone at its next grant from that node,
+// refuses it and quarantines the node too (dataloss.go). One client that sees the
+// rollback thus tells all of them, including those that never read the sequence after
+// the point the node went back to. A health check or a new connection's hello that sees
+// the run_id change while the marker stayed the same does the same (node.observe): a
+// marker that outlived its process came with data from a snapshot or a replica, which may
+// be older than what others saw; every client quarantines a restarted node at its next
+// health check anyway, so telling them now costs no vote they would have counted.
 //
 // Claim (what is guaranteed). Let A hold k with node x among its votes, and let x go back
 // to a point f of its history before A's write of k there (the grant, or a renewal A
 // counts on). A client B does not count x's grant of k while A trusts its lock if, before
-// B sends that round, either (a) B read x's sequence at a point at or after A's write (B's
-// own grant, renewal reply... any grant of B on x, or a health check of B: one every
-// health interval, so a write older than a health interval before the rollback is
-// covered whenever B's health checks of x succeed), and x's new server has not run more
-// of our scripts since the rollback than A's write was ahead of B's... precisely: than
-// B's reading exceeds the sequence at f; or (b) some client that satisfies (a) was
-// refused by x first and its marker delete landed (the marker then fails B's grant).
+// B sends that round, either (a) B read x's sequence at a point at or after A's write
+// (any grant of B on x, or a health check of B: one every health interval, so a write
+// older than a health interval before the rollback is covered whenever B's health checks
+// of x succeed), and x's new server has not run more of our scripts since the rollback
+// than B's reading exceeds the sequence at f; or (b) some client that satisfies (a), or
+// that saw the new server's run_id with the old marker, was refused by x first and its
+// marker delete landed (the marker then fails B's grant, if B had read the marker).
 // By (F1) and (F2) the sequence at f is below the value A's write left, which is at most
 // B's reading: the first grant the new server gives returns at most B's reading, and B
 // refuses it (seqWentBack), as long as the new server's own INCRs have not carried it
@@ -133,6 +140,9 @@ func seqWentBack(rep nodeReply) bool {
 // announce.
 func (n *node) forgetMarker() {
 	c := n.c
+	if n.tr == nil {
+		return // a node a unit test made, not connected
+	}
 	c.goBackground(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), c.opt.NodeTimeout)
 		defer cancel()
