@@ -12,8 +12,8 @@ import (
 )
 
 // Data loss without a restart. A node can lose keys while its run_id stays the same
-// (FLUSHALL or FLUSHDB, eviction under memory pressure, a failover behind one address
-// that keeps the run_id, a proxy that hides INFO) or report no run_id at all (Dragonfly):
+// (FLUSHALL or FLUSHDB, eviction under memory pressure, a proxy that hides INFO) or
+// report no run_id at all (Dragonfly):
 // the restart rule alone would let it vote with locks it forgot. So every node keeps a
 // data marker under the prefix (markerName): a mark (random, or a client's first mark:
 // voting.go, "Fresh start"), the run_id of the process that made it and the node's clock
@@ -28,8 +28,15 @@ import (
 // Data loss without a restart: the safety argument
 //
 // Claim: a node x that lost keys without a visible restart (FLUSHALL or FLUSHDB,
-// eviction, a failover behind one address, a server whose INFO has no run_id) is held
-// back like a restarted one, from the first health check of B that follows the loss.
+// eviction, a server whose INFO has no run_id) is held back like a restarted one, from
+// the first health check of B that follows the loss.
+//
+// Not this file's: a node that goes back in time WITH its marker. Replication is
+// asynchronous, so a replica promoted behind one address has the marker (replicated long
+// ago) without the last locks; a restart from an RDB snapshot or an AOF fsynced every
+// second likewise keeps the marker and loses the last writes. The marker check cannot see
+// that (a marker present says nothing of the writes after it); the write sequence does,
+// with the limits argued in rollback.go.
 //
 // Each node keeps a data marker under the prefix (above): a random value with x's clock
 // when it was written, created by the first announce that finds none and kept alive by
