@@ -1,0 +1,48 @@
+package redlock
+
+import (
+	"testing"
+	"time"
+
+	"github.com/caddy-redlock/caddy-redlock/internal/redistest"
+)
+
+// A grant is judged against the highest sequence read before its round was sent, never
+// against a reading taken in after it (a health check's on another connection, or a grant
+// of another round): on an unbroken history such a reading may be above the grant's, and
+// no loss is seen. A grant not above the reading before its round is a node gone back.
+func TestGrantSequenceJudgedAgainstTheReadingBeforeItsRound(t *testing.T) {
+	servers := redistest.StartN(t, 1)
+	c := newTestClient(t, servers, fastOptions())
+	now := time.Now()
+	for _, tc := range []struct {
+		name            string
+		seen, seq, sent int64 // the client's reading now, the grant's sequence, the reading when sent
+		wentBack        bool
+	}{
+		{"above the reading when sent, below a later one", 10, 5, 3, false},
+		{"above every reading", 4, 5, 4, false},
+		{"first reading", 0, 7, 0, false},
+		{"check off (no sequence)", 4, -1, 4, false},
+		{"equal to the reading when sent", 10, 3, 3, true},
+		{"below it: a node restarted empty", 10, 1, 9, true},
+	} {
+		n := &node{addr: "test", c: c, evicted: -1} // not one of c's nodes, not connected
+		n.seq.Store(tc.seen)
+		until := n.grantHolds(nodeReply{ok: true, seq: tc.seq, seqBefore: tc.sent, evicted: -1}, now)
+		if got := !until.IsZero(); got != tc.wentBack {
+			t.Errorf("%s: held back %v, want %v", tc.name, got, tc.wentBack)
+			continue
+		}
+		if tc.wentBack {
+			if _, cause := n.quarantine(now); cause != QuarantineDataLoss {
+				t.Errorf("%s: quarantine cause %q, want %q", tc.name, cause, QuarantineDataLoss)
+			}
+			if n.seqSeen() != tc.seq {
+				t.Errorf("%s: reading %d after the loss, want the new history's %d", tc.name, n.seqSeen(), tc.seq)
+			}
+		} else if want := max(tc.seen, tc.seq); n.seqSeen() != want {
+			t.Errorf("%s: reading %d, want %d", tc.name, n.seqSeen(), want)
+		}
+	}
+}
