@@ -137,6 +137,9 @@ type marker struct {
 	age   time.Duration // how long ago the node created it, by its own clock
 	aged  bool          // age was read (the marker holds the node's clock: a user granted TIME)
 	seq   int64         // the node's write sequence (rollback.go): 0 none yet, -1 not read
+	// seqBefore is the highest sequence this client had read there when it sent the
+	// announce (echoed by the script).
+	seqBefore int64
 }
 
 // markOf is the mark of a marker value (mark/run_id:created_ms, announceScript) when
@@ -154,17 +157,19 @@ func markOf(value, runID string) string {
 	return mark
 }
 
-// parseMarker reads announceScript's reply {bound_ms, marker, now_ms, write sequence}.
+// parseMarker reads announceScript's reply {bound_ms, marker, now_ms, write sequence,
+// the sequence read before}.
 func parseMarker(reply transport.Reply) (marker, error) {
 	vals, err := reply.Slice()
 	if err != nil {
 		return marker{}, err
 	}
-	if len(vals) != 4 {
-		return marker{}, fmt.Errorf("announce reply of %d items, want 4", len(vals))
+	if len(vals) != 5 {
+		return marker{}, fmt.Errorf("announce reply of %d items, want 5", len(vals))
 	}
 	seq, ok := vals[3].(int64)
-	if !ok {
+	before, okb := vals[4].(int64)
+	if !ok || !okb {
 		return marker{}, errors.New("announce reply of the wrong types")
 	}
 	bound, ok1 := vals[0].(int64)
@@ -173,7 +178,7 @@ func parseMarker(reply transport.Reply) (marker, error) {
 	if !ok1 || !ok2 || !ok3 {
 		return marker{}, errors.New("announce reply of the wrong types")
 	}
-	m := marker{bound: bound, value: value, seq: seq}
+	m := marker{bound: bound, value: value, seq: seq, seqBefore: before}
 	if _, created, ok := strings.Cut(value, ":"); ok {
 		if ms, err := strconv.ParseInt(created, 10, 64); err == nil && ms > 0 && now >= ms {
 			m.age, m.aged = time.Duration(now-ms)*time.Millisecond, true

@@ -137,7 +137,7 @@ func (n *node) hello() [][]any {
 	return [][]any{
 		{"info"},
 		{"eval", announceScript, 3, n.c.boundKey(), n.c.markerKey(), n.c.seqKey(), b.Milliseconds(),
-			boundExpiry(b).Milliseconds(), maxBound.Milliseconds(), mark},
+			boundExpiry(b).Milliseconds(), maxBound.Milliseconds(), mark, n.seqSeen()},
 	}
 }
 
@@ -198,11 +198,16 @@ func (n *node) observe(info string, ann transport.Reply) {
 	n.mu.Lock()
 	prevID, prevMarker, prevEvicted := n.runID, n.marker, n.evicted
 	var cause QuarantineCause
+	wentBack := false
 	switch {
 	case id != "" && prevID != "" && prevID != id:
 		cause = QuarantineRestart
 	case mErr == nil && prevMarker != "" && prevMarker != m.value:
 		cause = QuarantineDataLoss // gone (re-created) or changed: FLUSHALL, a failover, a restart without run_id
+	case mErr == nil && m.seq >= 0 && m.seq < m.seqBefore:
+		// Gone back in time with its marker (rollback.go): a failover to a lagging replica,
+		// a restart from an older snapshot, where INFO shows no run_id or it is unchanged.
+		cause, wentBack = QuarantineDataLoss, true
 	case evErr == nil && prevEvicted >= 0 && evicted != prevEvicted:
 		// Evicted under memory pressure: any key may have been a lock. (A count gone down
 		// was reset, CONFIG RESETSTAT: the evictions since the last reading are unknown.)
@@ -235,7 +240,7 @@ func (n *node) observe(info string, ann transport.Reply) {
 	}
 	// A marker that outlived its process came with data from a snapshot or a replica,
 	// which may be older than what other clients saw there: tell them (rollback.go).
-	survived := cause == QuarantineRestart && mErr == nil && prevMarker != "" && m.value == prevMarker
+	survived := (cause == QuarantineRestart || wentBack) && mErr == nil && prevMarker != "" && m.value == prevMarker
 	if survived {
 		n.marker, n.markerDue = "", true // deleted below: read anew at the next health check
 	}

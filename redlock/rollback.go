@@ -51,7 +51,8 @@ import (
 // refuses it and quarantines the node too (dataloss.go). One client that sees the
 // rollback thus tells all of them, including those that never read the sequence after
 // the point the node went back to. A health check or a new connection's hello that sees
-// the run_id change while the marker stayed the same does the same (node.observe): a
+// the sequence gone back (below), or the run_id change while the marker stayed the same,
+// does the same (node.observe): a
 // marker that outlived its process came with data from a snapshot or a replica, which may
 // be older than what others saw; every client quarantines a restarted node at its next
 // health check anyway, so telling them now costs no vote they would have counted.
@@ -87,8 +88,15 @@ import (
 // once such a delete landed; clients that did not read x after f advance it silently. (3)
 // Releases and force releases do not advance the sequence: a rollback that loses one
 // leaves a key held, never a second holder. A bound raised by an announce and lost is
-// read again at the next announce. (4) Health checks take the sequence in as a reading;
-// they do not judge it (a health check carries no vote).
+// read again at the next announce.
+//
+// Health checks and new connections' hellos read the sequence too (announceScript, which
+// never advances it) and judge it the same way, against the reading the client had when
+// it sent them (the announce echoes it: a GET on an unbroken history returns at least
+// every value taken in before): a sequence below it is a node gone back, quarantined as
+// a data loss, its marker deleted. So a client that read x after f sees the rollback at
+// its next health check even where INFO shows no run_id and it takes no lock there, and
+// tells the others (TestHealthCheckSeesASequenceGoneBack).
 //
 // Cost: one INCR per grant, renewal call, re-take call and fencing commit, in the calls
 // that already run; the plain first try's marker GET becomes a small EVAL. Measured in

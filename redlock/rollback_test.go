@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/caddy-redlock/caddy-redlock/internal/redistest"
+	"github.com/caddy-redlock/caddy-redlock/redlock/internal/transport"
 )
 
 // A grant is judged against the highest sequence read before its round was sent, never
@@ -44,5 +45,37 @@ func TestGrantSequenceJudgedAgainstTheReadingBeforeItsRound(t *testing.T) {
 		} else if want := max(tc.seen, tc.seq); n.seqSeen() != want {
 			t.Errorf("%s: reading %d, want %d", tc.name, n.seqSeen(), want)
 		}
+	}
+}
+
+// A health check (or a new connection's hello) judges the sequence it reads against the
+// reading the client had when it sent it, which the announce echoes: below it, the node
+// went back in time with its marker (a failover or an older snapshot where INFO shows no
+// run_id, or the same one), and it is quarantined and its marker forgotten (deleted, to
+// tell the other clients: rollback.go). Above it, a later reading taken in first is no
+// alarm.
+func TestHealthCheckSeesASequenceGoneBack(t *testing.T) {
+	servers := redistest.StartN(t, 1)
+	c := newTestClient(t, servers, fastOptions())
+	info := "uptime_in_seconds:3600\r\nevicted_keys:0\r\n" // no run_id
+	ann := func(seq, before int64) transport.Reply {
+		return transport.NewReply([]any{int64(2000), "m1/:1", int64(100_000_000), seq, before}, nil)
+	}
+	n := &node{addr: "test", c: c, evicted: -1} // not one of c's nodes, not connected
+	n.observe(info, ann(10, 0))
+	n.seq.Store(20) // a grant's reading taken in after this check was sent
+	n.observe(info, ann(12, 10))
+	if until, cause := n.quarantine(time.Now()); !until.IsZero() {
+		t.Fatalf("a reading above the one it was sent with: quarantined (%q)", cause)
+	}
+	n.observe(info, ann(7, 20))
+	if until, cause := n.quarantine(time.Now()); until.IsZero() || cause != QuarantineDataLoss {
+		t.Fatalf("a sequence below the reading it was sent with: quarantined until %v (%q), want %q", until, cause, QuarantineDataLoss)
+	}
+	n.mu.Lock()
+	marker, due := n.marker, n.markerDue
+	n.mu.Unlock()
+	if marker != "" || !due || n.seqSeen() != 7 {
+		t.Fatalf("after the rollback: marker %q, due %v, reading %d; want forgotten, due, 7 (the new history's)", marker, due, n.seqSeen())
 	}
 }

@@ -488,9 +488,11 @@ return n
 // process that made it and the node's clock in ms (run_id "" and clock 0 for a user not
 // granted INFO or TIME: the permission probe names them), else kept alive; the clock
 // stays last, so older clients still read the marker's age. KEYS[3], when given and not
-// "", is the node's write sequence, read (never written) for the reply (rollback.go).
+// "", is the node's write sequence, read (never written) for the reply (rollback.go), and
+// ARGV[5] the highest this client had read there when it sent the announce, returned as
+// it came, so the reply is judged against a reading that surely preceded it.
 // Returns {bound now stored in ms, marker, node clock in ms, write sequence (0 none, -1
-// not asked)}.
+// not asked), ARGV[5]}.
 // A plain string so it can go out as EVAL in a pipeline.
 const announceScript = `
 local cur = redis.pcall('GET', KEYS[1])
@@ -518,7 +520,7 @@ if KEYS[3] and KEYS[3] ~= '' then
   sq = redis.pcall('GET', KEYS[3])
   sq = (type(sq) == 'string' and tonumber(sq)) or 0
 end
-return {cur, m, now, sq}
+return {cur, m, now, sq, tonumber(ARGV[5]) or 0}
 `
 
 // newScript makes a script run by digest (transport.Script).
