@@ -137,9 +137,9 @@ type marker struct {
 	age   time.Duration // how long ago the node created it, by its own clock
 	aged  bool          // age was read (the marker holds the node's clock: a user granted TIME)
 	seq   int64         // the node's write sequence (rollback.go): 0 none yet, -1 not read
-	// seqBefore is the highest sequence this client had read there when it sent the
-	// announce (echoed by the script).
-	seqBefore int64
+	// seqBefore is what this client had read of the sequence when it sent the announce
+	// (echoed by the script).
+	seqBefore seqReading
 }
 
 // markOf is the mark of a marker value (mark/run_id:created_ms, announceScript) when
@@ -158,18 +158,19 @@ func markOf(value, runID string) string {
 }
 
 // parseMarker reads announceScript's reply {bound_ms, marker, now_ms, write sequence,
-// the sequence read before}.
+// the client's reading when it sent it, that reading's epoch}.
 func parseMarker(reply transport.Reply) (marker, error) {
 	vals, err := reply.Slice()
 	if err != nil {
 		return marker{}, err
 	}
-	if len(vals) != 5 {
-		return marker{}, fmt.Errorf("announce reply of %d items, want 5", len(vals))
+	if len(vals) != 6 {
+		return marker{}, fmt.Errorf("announce reply of %d items, want 6", len(vals))
 	}
 	seq, ok := vals[3].(int64)
 	before, okb := vals[4].(int64)
-	if !ok || !okb {
+	epoch, oke := vals[5].(int64)
+	if !ok || !okb || !oke {
 		return marker{}, errors.New("announce reply of the wrong types")
 	}
 	bound, ok1 := vals[0].(int64)
@@ -178,7 +179,7 @@ func parseMarker(reply transport.Reply) (marker, error) {
 	if !ok1 || !ok2 || !ok3 {
 		return marker{}, errors.New("announce reply of the wrong types")
 	}
-	m := marker{bound: bound, value: value, seq: seq, seqBefore: before}
+	m := marker{bound: bound, value: value, seq: seq, seqBefore: seqReading{epoch: epoch, seq: before}}
 	if _, created, ok := strings.Cut(value, ":"); ok {
 		if ms, err := strconv.ParseInt(created, 10, 64); err == nil && ms > 0 && now >= ms {
 			m.age, m.aged = time.Duration(now-ms)*time.Millisecond, true
@@ -213,13 +214,17 @@ func (n *node) grantHolds(rep nodeReply, now time.Time) (heldBack time.Time) {
 	}
 	lostMarker := n.marker != "" && rep.marker != n.marker
 	evicted := rep.evicted >= 0 && n.evicted >= 0 && rep.evicted != n.evicted
-	wentBack := seqWentBack(rep) // rollback.go
+	current := n.seqCurrentLocked(rep.seqBefore) // rollback.go
+	wentBack := current && seqWentBack(rep.seq, rep.seqBefore, true)
 	if rep.evicted >= 0 {
 		n.evicted = rep.evicted
 	}
-	if lostMarker || evicted || wentBack {
-		n.seq.Store(max(rep.seq, 0)) // a loss seen: the new history's reading (rollback.go)
-	} else {
+	switch {
+	case (lostMarker || evicted || wentBack) && current:
+		n.resetSeqLocked(rep.seq) // a loss seen: the new history's reading
+	case lostMarker || evicted:
+		n.resetSeqLocked(0) // sent before the last reset: its reading may be of either history
+	case current:
 		n.noteSeqLocked(rep.seq)
 	}
 	if !lostMarker && !evicted && !wentBack {

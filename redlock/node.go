@@ -35,8 +35,10 @@ type node struct {
 	markerRead atomic.Bool
 	// seq is the highest write sequence this client took in from the node (rollback.go),
 	// 0 before any; written under mu, read without it (sendRound).
-	seq    atomic.Int64
-	health healthReport // what the HealthObserver was told; health loop only
+	seq atomic.Int64
+	// seqEpoch moves whenever the reading is dropped on a loss seen (resetSeqLocked).
+	seqEpoch atomic.Int64
+	health   healthReport // what the HealthObserver was told; health loop only
 
 	mu          sync.Mutex
 	runID       string
@@ -134,10 +136,11 @@ func (n *node) hello() [][]any {
 	if n.markerRead.Load() {
 		mark = rand.Text()
 	}
+	sr := n.seqReading()
 	return [][]any{
 		{"info"},
 		{"eval", announceScript, 3, n.c.boundKey(), n.c.markerKey(), n.c.seqKey(), b.Milliseconds(),
-			boundExpiry(b).Milliseconds(), maxBound.Milliseconds(), mark, n.seqSeen()},
+			boundExpiry(b).Milliseconds(), maxBound.Milliseconds(), mark, sr.seq, sr.epoch},
 	}
 }
 
@@ -204,7 +207,7 @@ func (n *node) observe(info string, ann transport.Reply) {
 		cause = QuarantineRestart
 	case mErr == nil && prevMarker != "" && prevMarker != m.value:
 		cause = QuarantineDataLoss // gone (re-created) or changed: FLUSHALL, a failover, a restart without run_id
-	case mErr == nil && m.seq >= 0 && m.seq < m.seqBefore:
+	case mErr == nil && n.seqCurrentLocked(m.seqBefore) && seqWentBack(m.seq, m.seqBefore, false):
 		// Gone back in time with its marker (rollback.go): a failover to a lagging replica,
 		// a restart from an older snapshot, where INFO shows no run_id or it is unchanged.
 		cause, wentBack = QuarantineDataLoss, true
@@ -232,9 +235,12 @@ func (n *node) observe(info string, ann transport.Reply) {
 		}
 		n.marker, n.markerDue = m.value, false
 		n.markerRead.Store(true)
-		if cause != "" {
-			n.seq.Store(max(m.seq, 0)) // a loss seen: the new history's reading (rollback.go)
-		} else {
+		switch current := n.seqCurrentLocked(m.seqBefore); {
+		case cause != "" && current:
+			n.resetSeqLocked(m.seq) // a loss seen: the new history's reading (rollback.go)
+		case cause != "":
+			n.resetSeqLocked(0) // sent before the last reset: its reading may be of either history
+		case current:
 			n.noteSeqLocked(m.seq)
 		}
 	}

@@ -38,6 +38,11 @@ import (
 // rule raises no false alarm provided "after" is true: the grant is compared with the
 // highest reading this client had taken in BEFORE it sent the round (round.seqs; replies
 // of several connections, a health check's among them, may be taken in out of order).
+// When the client drops its reading on a loss it saw (below), the reading's epoch moves,
+// and a reply to a call sent in an earlier epoch is neither judged nor taken in: it may
+// have read the history before the loss, and judged against the new reading, or taken in
+// as one, it would raise a false alarm (the node is quarantined for that loss anyway, far
+// longer than such a call can take).
 //
 // The rule (seqWentBack, judged in grantHolds in the same step as the marker): such a
 // grant is no vote, and the node is quarantined from now as for a data loss
@@ -122,23 +127,58 @@ func (c *Client) seqKey() string {
 	return c.seqK
 }
 
+// seqReading is what this client had read of a node's write sequence when it sent a
+// call: the highest value (0 before any) and the epoch of that reading, which moves
+// whenever the client drops its reading on a loss it saw (resetSeqLocked). A reply to a
+// call sent in another epoch is neither judged nor taken in: its reading may be of the
+// history before the loss (the node is quarantined for that loss meanwhile).
+type seqReading struct{ epoch, seq int64 }
+
+// seqReading snapshots the node's reading without n.mu: the epoch first, then the value
+// (resetSeqLocked stores the value first, then moves the epoch), so a snapshot that has
+// the new epoch has the new value too.
+func (n *node) seqReading() seqReading {
+	e := n.seqEpoch.Load()
+	return seqReading{epoch: e, seq: n.seq.Load()}
+}
+
 // seqSeen is the highest write sequence this client has taken in from the node, 0 before
-// any (read without n.mu: sendRound snapshots it per round).
+// any.
 func (n *node) seqSeen() int64 { return n.seq.Load() }
 
-// noteSeq takes in a reading of the node's write sequence (under n.mu): the highest wins.
+// seqCurrentLocked reports whether a reply to a call sent with reading r belongs to the
+// client's current reading (under n.mu).
+func (n *node) seqCurrentLocked(r seqReading) bool { return r.epoch == n.seqEpoch.Load() }
+
+// noteSeqLocked takes in a reading of the node's write sequence (under n.mu): the highest
+// wins.
 func (n *node) noteSeqLocked(v int64) {
 	if v > n.seq.Load() {
 		n.seq.Store(v)
 	}
 }
 
-// seqWentBack reports whether a grant's sequence shows the node gone back in time: it is
-// not above the highest this client had read before it sent the round (the argument is
-// at the top of this file). A grant without a sequence (-1: the check off) or a node
-// never read (0) shows nothing.
-func seqWentBack(rep nodeReply) bool {
-	return rep.seq > 0 && rep.seqBefore > 0 && rep.seq <= rep.seqBefore
+// resetSeqLocked drops the reading on a loss seen (under n.mu): v is the new history's
+// reading (0: none known), and the epoch moves, so replies to calls sent before count
+// for nothing.
+func (n *node) resetSeqLocked(v int64) {
+	n.seq.Store(max(v, 0))
+	n.seqEpoch.Add(1)
+}
+
+// seqWentBack reports whether a sequence read at the node shows it gone back in time:
+// not above (a grant, which advanced it: strict) or below (a health check's read, which
+// did not) the highest this client had read before it sent the call (the argument is at
+// the top of this file). No sequence (-1: the check off) or no reading before (0) shows
+// nothing.
+func seqWentBack(seq int64, before seqReading, advanced bool) bool {
+	if seq < 0 || before.seq <= 0 {
+		return false
+	}
+	if advanced {
+		return seq <= before.seq
+	}
+	return seq < before.seq
 }
 
 // forgetMarker deletes the node's data marker after this client saw the node go back in

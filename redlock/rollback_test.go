@@ -30,7 +30,7 @@ func TestGrantSequenceJudgedAgainstTheReadingBeforeItsRound(t *testing.T) {
 	} {
 		n := &node{addr: "test", c: c, evicted: -1} // not one of c's nodes, not connected
 		n.seq.Store(tc.seen)
-		until := n.grantHolds(nodeReply{ok: true, seq: tc.seq, seqBefore: tc.sent, evicted: -1}, now)
+		until := n.grantHolds(nodeReply{ok: true, seq: tc.seq, seqBefore: seqReading{seq: tc.sent}, evicted: -1}, now)
 		if got := !until.IsZero(); got != tc.wentBack {
 			t.Errorf("%s: held back %v, want %v", tc.name, got, tc.wentBack)
 			continue
@@ -58,17 +58,17 @@ func TestHealthCheckSeesASequenceGoneBack(t *testing.T) {
 	servers := redistest.StartN(t, 1)
 	c := newTestClient(t, servers, fastOptions())
 	info := "uptime_in_seconds:3600\r\nevicted_keys:0\r\n" // no run_id
-	ann := func(seq, before int64) transport.Reply {
-		return transport.NewReply([]any{int64(2000), "m1/:1", int64(100_000_000), seq, before}, nil)
+	ann := func(seq, before, epoch int64) transport.Reply {
+		return transport.NewReply([]any{int64(2000), "m1/:1", int64(100_000_000), seq, before, epoch}, nil)
 	}
 	n := &node{addr: "test", c: c, evicted: -1} // not one of c's nodes, not connected
-	n.observe(info, ann(10, 0))
+	n.observe(info, ann(10, 0, 0))
 	n.seq.Store(20) // a grant's reading taken in after this check was sent
-	n.observe(info, ann(12, 10))
+	n.observe(info, ann(12, 10, 0))
 	if until, cause := n.quarantine(time.Now()); !until.IsZero() {
 		t.Fatalf("a reading above the one it was sent with: quarantined (%q)", cause)
 	}
-	n.observe(info, ann(7, 20))
+	n.observe(info, ann(7, 20, 0))
 	if until, cause := n.quarantine(time.Now()); until.IsZero() || cause != QuarantineDataLoss {
 		t.Fatalf("a sequence below the reading it was sent with: quarantined until %v (%q), want %q", until, cause, QuarantineDataLoss)
 	}
@@ -77,5 +77,12 @@ func TestHealthCheckSeesASequenceGoneBack(t *testing.T) {
 	n.mu.Unlock()
 	if marker != "" || !due || n.seqSeen() != 7 {
 		t.Fatalf("after the rollback: marker %q, due %v, reading %d; want forgotten, due, 7 (the new history's)", marker, due, n.seqSeen())
+	}
+	// A reply to a check sent before that loss was seen (the epoch before) is neither
+	// judged nor taken in: it may have read either history.
+	lossSeen := n.lossSeen
+	n.observe(info, ann(30, 20, 0))
+	if n.seqSeen() != 7 || n.lossSeen != lossSeen {
+		t.Fatalf("a reply of the epoch before the loss: reading %d, loss seen %v (was %v); want 7, unchanged", n.seqSeen(), n.lossSeen, lossSeen)
 	}
 }

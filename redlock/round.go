@@ -27,8 +27,8 @@ type round struct {
 	kindBuf [8]sentKind
 	// seqs is each node's highest write sequence this client had read when the round was
 	// sent (rollback.go): a grant is judged against it.
-	seqs    []int64
-	seqBuf  [8]int64
+	seqs    []seqReading
+	seqBuf  [8]seqReading
 	mu      sync.Mutex
 	replies []nodeReply   // in arrival order
 	decided bool          // decide is closed
@@ -55,7 +55,7 @@ func newRound(c *Client) *round {
 	r.kinds = r.kinds[:len(c.nodes)]
 	r.seqs = r.seqBuf[:0]
 	if len(c.nodes) > len(r.seqBuf) {
-		r.seqs = make([]int64, 0, len(c.nodes))
+		r.seqs = make([]seqReading, 0, len(c.nodes))
 	}
 	r.seqs = r.seqs[:len(c.nodes)]
 	return r
@@ -164,11 +164,12 @@ type nodeReply struct {
 	reserved bool   // with fencing: the node keeps token + the handoff reserve
 	marker   string // a grant's reading of the node's data marker ("" when it has none)
 	evicted  int64  // a grant's reading of the node's eviction count, -1 when not read
-	// seq is a grant's write sequence (rollback.go), -1 when not advanced; seqBefore the
-	// highest this client had read from the node when the round was sent.
-	seq, seqBefore int64
-	pttl           time.Duration
-	err            error
+	// seq is a grant's write sequence (rollback.go), -1 when not advanced; seqBefore what
+	// this client had read of it when the round was sent.
+	seq       int64
+	seqBefore seqReading
+	pttl      time.Duration
+	err       error
 }
 
 // tally is what one round's replies say, once the round is decided.
@@ -316,7 +317,7 @@ func (c *Client) sendRound(ctx context.Context, nm names, a try, start time.Time
 			cmd, kind = scriptCmd(false), sentScript
 		}
 		rd.kinds[i] = kind
-		rd.seqs[i] = nd.seqSeen()
+		rd.seqs[i] = nd.seqReading()
 		nd.tr.Send(ctx, cmd, rd, i)
 	}
 	return rd

@@ -489,10 +489,10 @@ return n
 // granted INFO or TIME: the permission probe names them), else kept alive; the clock
 // stays last, so older clients still read the marker's age. KEYS[3], when given and not
 // "", is the node's write sequence, read (never written) for the reply (rollback.go), and
-// ARGV[5] the highest this client had read there when it sent the announce, returned as
-// it came, so the reply is judged against a reading that surely preceded it.
-// Returns {bound now stored in ms, marker, node clock in ms, write sequence (0 none, -1
-// not asked), ARGV[5]}.
+// ARGV[5] the highest this client had read there when it sent the announce and ARGV[6]
+// that reading's epoch, returned as they came, so the reply is judged against a reading
+// that surely preceded it. Returns {bound now stored in ms, marker, node clock in ms,
+// write sequence (0 none, -1 not asked), ARGV[5], ARGV[6]}.
 // A plain string so it can go out as EVAL in a pipeline.
 const announceScript = `
 local cur = redis.pcall('GET', KEYS[1])
@@ -520,7 +520,7 @@ if KEYS[3] and KEYS[3] ~= '' then
   sq = redis.pcall('GET', KEYS[3])
   sq = (type(sq) == 'string' and tonumber(sq)) or 0
 end
-return {cur, m, now, sq, tonumber(ARGV[5]) or 0}
+return {cur, m, now, sq, tonumber(ARGV[5]) or 0, tonumber(ARGV[6]) or 0}
 `
 
 // newScript makes a script run by digest (transport.Script).
