@@ -64,7 +64,7 @@ func parseFlags(args []string) (flags, config) {
 	fs.StringVar(&f.compare, "compare", "", "a second Caddy build (e.g. of another commit): its redlock N=5 rows run alternated with the first's, named \""+nameCompare+"...\"")
 	fs.BoolVar(&f.noRS, "no-redsync", false, "leave out the redsync variants of the proxy phases (quicker A/B runs with -compare)")
 	fs.StringVar(&f.repo, "repo", "", "repository root (default: found from the working directory)")
-	fs.StringVar(&f.only, "only", "", "comma-separated subset: floor,lock,hotlib,http,hot,faultyhot,waiters,modes,modemix,fencemem")
+	fs.StringVar(&f.only, "only", "", "comma-separated subset: floor,lock,hotlib,http,hot,faultyhot,waiters,modes,modemix,fencemem,seqcost")
 	fs.StringVar(&f.profile, "profile", "", "directory for CPU profiles of Caddy (unique keys and hot key, after the measurements)")
 	fs.BoolVar(&f.keep, "keep", false, "keep the temporary directory (logs, Caddyfiles)")
 	fs.IntVar(&f.clients, "clients", 0, "concurrent clients for unique-key runs")

@@ -133,6 +133,17 @@ func run(f flags, cfg config) int {
 	if want("fencemem") {
 		runFenceMem(res, cfg, dir, fail)
 	}
+	if want("seqcost") {
+		repo := f.repo
+		if repo == "" {
+			repo, err = findRepo()
+		}
+		if err != nil {
+			fail("seqcost", err)
+		} else {
+			runSeqCost(res, cfg, repo, fail)
+		}
+	}
 
 	res.Violations, res.ViolLog = up.violationCount()
 	for _, h := range res.HotLib {

@@ -90,6 +90,9 @@ func (r *results) tables() []*table {
 	if len(r.FenceMem) > 0 {
 		ts = append(ts, r.fenceMemTable())
 	}
+	if len(r.SeqCost) > 0 {
+		ts = append(ts, r.seqCostTable())
+	}
 	if len(r.Waiters) > 0 {
 		t := &table{title: "6. Waiting requests: many requests queued behind held keys",
 			head: []string{"front end", "waiters/keys", "RSS base→held→waiting", "RSS/waiter", "heap+stack/waiter",

@@ -25,6 +25,7 @@ type results struct {
 	Modes       []modeRow     `json:"lock_modes,omitempty"`
 	ModeMix     []mixRow      `json:"lock_modes_mixed,omitempty"`
 	FenceMem    []fenceMemRow `json:"fencing_state,omitempty"`
+	SeqCost     []seqCostRow  `json:"write_sequence_cost,omitempty"`
 	Targets     []targetCheck `json:"targets"`
 	Violations  int64         `json:"violations"`
 	ViolLog     []string      `json:"violation_examples,omitempty"`

@@ -101,10 +101,10 @@ func (c *cluster) lockKeys(prefix string) (total, noExpiry int, err error) {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		keys, kerr := rc.Keys(ctx, prefix+"*").Result()
 		for _, k := range keys {
-			// Fencing counters, the max_ttl bound and the data marker outlive the locks on purpose; the lock
+			// Fencing counters, the max_ttl bound, the data marker and the write sequence outlive the locks on purpose; the lock
 			// modes' names (a limited key's places, readers' sets, a writer's waiting
 			// mark) must be gone like the locks.
-			if strings.HasSuffix(k, "\x00fence") || strings.HasSuffix(k, "\x00max_ttl") || strings.HasSuffix(k, "\x00data_marker") {
+			if strings.HasSuffix(k, "\x00fence") || strings.HasSuffix(k, "\x00max_ttl") || strings.HasSuffix(k, "\x00data_marker") || strings.HasSuffix(k, "\x00write_seq") {
 				continue
 			}
 			total++

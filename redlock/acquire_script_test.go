@@ -67,7 +67,7 @@ func acquireOther(t *testing.T, tn *transport.Node) []int64 {
 // {1, token} for a grant, {0, PTTL ms} when busy.
 func runAcquireScript(t *testing.T, tn *transport.Node, owner string, attempt int) []int64 {
 	t.Helper()
-	rep := scriptReply(acquireScript.Run(context.Background(), tn, []string{"k", "k\x00fence", "k\x00writer", "\x00data_marker", "\x00max_ttl"},
+	rep := scriptReply(acquireScript.Run(context.Background(), tn, []string{"k", "k\x00fence", "k\x00writer", "\x00write_seq", "\x00data_marker", "\x00max_ttl"},
 		owner+strconv.Itoa(attempt), 5000, owner, "0", 60000, attempt, 500))
 	if rep.err != nil {
 		t.Fatal(rep.err)

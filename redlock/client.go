@@ -28,9 +28,16 @@ type Client struct {
 	// markerGet reads the data marker behind the plain SETs of a first try, once per
 	// pipeline (sendRound, Command.Then): one command shared by every round.
 	markerGet *transport.Command
-	nodes     []*node
-	links     []*transport.Node // nodes[i].tr, for transport.OnAll
-	quorum    int
+	// seqK is the node's write sequence's name (rollback.go); seqMarker advances it and
+	// reads the marker behind the plain SETs, in place of markerGet.
+	seqK      string
+	seqMarker *transport.Command
+	// seqCheckOff: this client neither advances nor judges the write sequence (an
+	// unexported switch for the benchmarks that measure its cost: bench_seq_test.go).
+	seqCheckOff atomic.Bool
+	nodes       []*node
+	links       []*transport.Node // nodes[i].tr, for transport.OnAll
+	quorum      int
 
 	queues  *queues
 	notices *notifier
@@ -76,6 +83,8 @@ func New(urls []string, opt Options) (*Client, error) {
 	c := &Client{id: rand.Text(), firstMark: rand.Text(), opt: opt, quorum: len(urls)/2 + 1, held: map[string][]*Lock{},
 		marker: opt.Prefix + markerName, boundK: opt.Prefix + boundName}
 	c.markerGet = transport.NewCommand(nil, nil, "get", c.marker)
+	c.seqK = opt.Prefix + writeSeqName
+	c.seqMarker = transport.NewCommand(nil, nil, "eval", seqMarkerLua, 2, c.seqK, c.marker)
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	seen := map[string]bool{}
 	for _, u := range urls {

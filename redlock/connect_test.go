@@ -298,10 +298,10 @@ func TestDocsACLUser(t *testing.T) {
 	}
 	defer tn.Close()
 	for _, script := range []*transport.Script{acquireScript, readAcquireScript} {
-		keys := []string{"redlock:acl", "redlock:acl\x00fence", "redlock:acl\x00writer", "redlock:\x00data_marker", "redlock:\x00max_ttl"}
+		keys := []string{"redlock:acl", "redlock:acl\x00fence", "redlock:acl\x00writer", "redlock:\x00write_seq", "redlock:\x00data_marker", "redlock:\x00max_ttl"}
 		if script == readAcquireScript {
 			keys = []string{"redlock:acl", "redlock:acl\x00fence", "redlock:acl\x00writer", "redlock:acl\x00readers",
-				"redlock:acl\x00readturn", "redlock:\x00data_marker", "redlock:\x00max_ttl"}
+				"redlock:acl\x00readturn", "redlock:\x00write_seq", "redlock:\x00data_marker", "redlock:\x00max_ttl"}
 		}
 		rep := scriptReply(script.Run(context.Background(), tn, keys, "o:1", 5000, "o:", "0", 60000, 1, 0, "1"))
 		if rep.err != nil || !rep.ok || rep.evicted < 0 {

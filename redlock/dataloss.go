@@ -12,8 +12,8 @@ import (
 )
 
 // Data loss without a restart. A node can lose keys while its run_id stays the same
-// (FLUSHALL or FLUSHDB, eviction under memory pressure, a failover behind one address
-// that keeps the run_id, a proxy that hides INFO) or report no run_id at all (Dragonfly):
+// (FLUSHALL or FLUSHDB, eviction under memory pressure, a proxy that hides INFO) or
+// report no run_id at all (Dragonfly):
 // the restart rule alone would let it vote with locks it forgot. So every node keeps a
 // data marker under the prefix (markerName): a mark (random, or a client's first mark:
 // voting.go, "Fresh start"), the run_id of the process that made it and the node's clock
@@ -28,8 +28,15 @@ import (
 // Data loss without a restart: the safety argument
 //
 // Claim: a node x that lost keys without a visible restart (FLUSHALL or FLUSHDB,
-// eviction, a failover behind one address, a server whose INFO has no run_id) is held
-// back like a restarted one, from the first health check of B that follows the loss.
+// eviction, a server whose INFO has no run_id) is held back like a restarted one, from
+// the first health check of B that follows the loss.
+//
+// Not this file's: a node that goes back in time WITH its marker. Replication is
+// asynchronous, so a replica promoted behind one address has the marker (replicated long
+// ago) without the last locks; a restart from an RDB snapshot or an AOF fsynced every
+// second likewise keeps the marker and loses the last writes. The marker check cannot see
+// that (a marker present says nothing of the writes after it); the write sequence does,
+// with the limits argued in rollback.go.
 //
 // Each node keeps a data marker under the prefix (above): a random value with x's clock
 // when it was written, created by the first announce that finds none and kept alive by
@@ -129,6 +136,10 @@ type marker struct {
 	value string        // the marker's value (mark/run_id:created_ms)
 	age   time.Duration // how long ago the node created it, by its own clock
 	aged  bool          // age was read (the marker holds the node's clock: a user granted TIME)
+	seq   int64         // the node's write sequence (rollback.go): 0 none yet, -1 not read
+	// seqBefore is what this client had read of the sequence when it sent the announce
+	// (echoed by the script).
+	seqBefore seqReading
 }
 
 // markOf is the mark of a marker value (mark/run_id:created_ms, announceScript) when
@@ -146,14 +157,21 @@ func markOf(value, runID string) string {
 	return mark
 }
 
-// parseMarker reads announceScript's reply {bound_ms, marker, now_ms}.
+// parseMarker reads announceScript's reply {bound_ms, marker, now_ms, write sequence,
+// the client's reading when it sent it, that reading's epoch}.
 func parseMarker(reply transport.Reply) (marker, error) {
 	vals, err := reply.Slice()
 	if err != nil {
 		return marker{}, err
 	}
-	if len(vals) != 3 {
-		return marker{}, fmt.Errorf("announce reply of %d items, want 3", len(vals))
+	if len(vals) != 6 {
+		return marker{}, fmt.Errorf("announce reply of %d items, want 6", len(vals))
+	}
+	seq, ok := vals[3].(int64)
+	before, okb := vals[4].(int64)
+	epoch, oke := vals[5].(int64)
+	if !ok || !okb || !oke {
+		return marker{}, errors.New("announce reply of the wrong types")
 	}
 	bound, ok1 := vals[0].(int64)
 	value, ok2 := vals[1].(string)
@@ -161,7 +179,7 @@ func parseMarker(reply transport.Reply) (marker, error) {
 	if !ok1 || !ok2 || !ok3 {
 		return marker{}, errors.New("announce reply of the wrong types")
 	}
-	m := marker{bound: bound, value: value}
+	m := marker{bound: bound, value: value, seq: seq, seqBefore: seqReading{epoch: epoch, seq: before}}
 	if _, created, ok := strings.Cut(value, ":"); ok {
 		if ms, err := strconv.ParseInt(created, 10, 64); err == nil && ms > 0 && now >= ms {
 			m.age, m.aged = time.Duration(now-ms)*time.Millisecond, true
@@ -196,14 +214,24 @@ func (n *node) grantHolds(rep nodeReply, now time.Time) (heldBack time.Time) {
 	}
 	lostMarker := n.marker != "" && rep.marker != n.marker
 	evicted := rep.evicted >= 0 && n.evicted >= 0 && rep.evicted != n.evicted
+	current := n.seqCurrentLocked(rep.seqBefore) // rollback.go
+	wentBack := current && seqWentBack(rep.seq, rep.seqBefore, true)
 	if rep.evicted >= 0 {
 		n.evicted = rep.evicted
 	}
-	if !lostMarker && !evicted {
+	switch {
+	case (lostMarker || evicted || wentBack) && current:
+		n.resetSeqLocked(rep.seq) // a loss seen: the new history's reading
+	case lostMarker || evicted:
+		n.resetSeqLocked(0) // sent before the last reset: its reading may be of either history
+	case current:
+		n.noteSeqLocked(rep.seq)
+	}
+	if !lostMarker && !evicted && !wentBack {
 		n.mu.Unlock()
 		return time.Time{}
 	}
-	if lostMarker {
+	if lostMarker || wentBack {
 		// Forget the old reading, and hold the node back until the marker is read again
 		// (markerDue): the next health check reads it anew (re-created by then, or by it)
 		// as a first sight, dated by its age (youngness), without seeing this loss a
@@ -215,7 +243,11 @@ func (n *node) grantHolds(rep nodeReply, now time.Time) (heldBack time.Time) {
 	n.mu.Unlock()
 	until := now.Add(n.c.quarantine())
 	seen := "acquire: data marker gone or changed (votes again once the marker is read anew)"
-	if !lostMarker {
+	switch {
+	case wentBack:
+		seen = seqLossLog
+		n.forgetMarker() // tell the other clients (rollback.go)
+	case !lostMarker:
 		seen = "acquire: keys evicted"
 	}
 	n.c.opt.Logger.Warn("redis node may have lost its keys; it will not vote until its quarantine ends",

@@ -240,6 +240,10 @@ type forceBook struct {
 	forced             map[string]forceMark
 }
 
+// testHookForceNow, when set (tests only; nil in production), runs in forceNow between its
+// two loads, so a test can begin a force release exactly there.
+var testHookForceNow atomic.Pointer[func()]
+
 type forceMark struct {
 	seq uint64
 	at  time.Time
@@ -267,9 +271,26 @@ func (qs *queues) beginForce(key string) {
 
 // forceNow returns the force sequence number now, for forcedSince. A force release of
 // key under way counts as one that begins later: its deletes may still come.
+//
+// Why forceSeq is read before forcingN (both without the lock; beginForce raises forcingN
+// and then forceSeq, under queues.mu; the atomics are sequentially consistent): say the
+// first load reads seq s. A force numbered above s raised forceSeq after that load, so
+// forcedSince(key, s) sees it. A force numbered s or below raised forcingN before its
+// forceSeq, hence before our first load, hence before our second: if the second reads 0,
+// every increment before it is matched by its own force's endForce before it too (each
+// decrement follows its own increment, and the counts are equal), so that force has
+// ended and its deletes are done. If the second load reads more than 0, the answer is
+// taken under the lock, where the book is consistent. So no force is missed.
+// The old order (forcingN, then forceSeq) missed one: forcingN read 0, a force began,
+// and forceSeq read its number, so forcedSince called it not begun since
+// (TestForceNowCannotMissAForceBeginningBetweenItsLoads).
 func (qs *queues) forceNow(key string) uint64 {
+	seq := qs.forceSeq.Load()
+	if h := testHookForceNow.Load(); h != nil {
+		(*h)()
+	}
 	if qs.forcingN.Load() == 0 {
-		return qs.forceSeq.Load() // a force beginning now gets a larger number
+		return seq // every force numbered up to seq has ended; a later one is numbered above
 	}
 	qs.mu.Lock()
 	defer qs.mu.Unlock()

@@ -44,12 +44,12 @@ func TestReadersTurnScripts(t *testing.T) {
 	}
 	write := func(owner string, attempt int) []int64 {
 		t.Helper()
-		return ints(acquireScript.Run(ctx, tn, []string{keys[0], keys[1], keys[2], marker, bound},
+		return ints(acquireScript.Run(ctx, tn, []string{keys[0], keys[1], keys[2], "seq", marker, bound},
 			owner+strconv.Itoa(attempt), 5000, owner, "0", 60000, attempt, 2000).Slice())
 	}
 	read := func(value string) []int64 {
 		t.Helper()
-		return ints(readAcquireScript.Run(ctx, tn, append(keys[:5:5], marker, bound), value, 5000, value, "0", 60000, 1, 2000,
+		return ints(readAcquireScript.Run(ctx, tn, append(keys[:5:5], "seq", marker, bound), value, 5000, value, "0", 60000, 1, 2000,
 			"0", asked).Slice())
 	}
 	get := func(k string) string { v, _ := rc.Get(ctx, k).Result(); return v }
@@ -140,7 +140,7 @@ func TestReadersTurnAsked(t *testing.T) {
 		{mark: "w", want: own},
 	} {
 		rc.FlushAll(ctx)
-		keys := []string{"k", "k" + counterSuffix, "k" + writerSuffix, "k" + readersSuffix, "k" + turnSuffix, "marker", "bound"}
+		keys := []string{"k", "k" + counterSuffix, "k" + writerSuffix, "k" + readersSuffix, "k" + turnSuffix, "seq", "marker", "bound"}
 		if err := rc.Set(ctx, "k", "W:1", time.Minute).Err(); err != nil {
 			t.Fatal(err)
 		}

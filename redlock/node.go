@@ -33,7 +33,12 @@ type node struct {
 	// markerRead: this client has read the node's data marker once. Its hellos carry the
 	// client's first mark (Client.firstMark) until then, a random mark after (voting.go).
 	markerRead atomic.Bool
-	health     healthReport // what the HealthObserver was told; health loop only
+	// seq is the highest write sequence this client took in from the node (rollback.go),
+	// 0 before any; written under mu, read without it (sendRound).
+	seq atomic.Int64
+	// seqEpoch moves whenever the reading is dropped on a loss seen (resetSeqLocked).
+	seqEpoch atomic.Int64
+	health   healthReport // what the HealthObserver was told; health loop only
 
 	mu          sync.Mutex
 	runID       string
@@ -131,10 +136,11 @@ func (n *node) hello() [][]any {
 	if n.markerRead.Load() {
 		mark = rand.Text()
 	}
+	sr := n.seqReading()
 	return [][]any{
 		{"info"},
-		{"eval", announceScript, 2, n.c.boundKey(), n.c.markerKey(), b.Milliseconds(),
-			boundExpiry(b).Milliseconds(), maxBound.Milliseconds(), mark},
+		{"eval", announceScript, 3, n.c.boundKey(), n.c.markerKey(), n.c.seqKey(), b.Milliseconds(),
+			boundExpiry(b).Milliseconds(), maxBound.Milliseconds(), mark, sr.seq, sr.epoch},
 	}
 }
 
@@ -195,11 +201,16 @@ func (n *node) observe(info string, ann transport.Reply) {
 	n.mu.Lock()
 	prevID, prevMarker, prevEvicted := n.runID, n.marker, n.evicted
 	var cause QuarantineCause
+	wentBack := false
 	switch {
 	case id != "" && prevID != "" && prevID != id:
 		cause = QuarantineRestart
 	case mErr == nil && prevMarker != "" && prevMarker != m.value:
 		cause = QuarantineDataLoss // gone (re-created) or changed: FLUSHALL, a failover, a restart without run_id
+	case mErr == nil && n.seqCurrentLocked(m.seqBefore) && seqWentBack(m.seq, m.seqBefore, false):
+		// Gone back in time with its marker (rollback.go): a failover to a lagging replica,
+		// a restart from an older snapshot, where INFO shows no run_id or it is unchanged.
+		cause, wentBack = QuarantineDataLoss, true
 	case evErr == nil && prevEvicted >= 0 && evicted != prevEvicted:
 		// Evicted under memory pressure: any key may have been a lock. (A count gone down
 		// was reset, CONFIG RESETSTAT: the evictions since the last reading are unknown.)
@@ -224,6 +235,20 @@ func (n *node) observe(info string, ann transport.Reply) {
 		}
 		n.marker, n.markerDue = m.value, false
 		n.markerRead.Store(true)
+		switch current := n.seqCurrentLocked(m.seqBefore); {
+		case cause != "" && current:
+			n.resetSeqLocked(m.seq) // a loss seen: the new history's reading (rollback.go)
+		case cause != "":
+			n.resetSeqLocked(0) // sent before the last reset: its reading may be of either history
+		case current:
+			n.noteSeqLocked(m.seq)
+		}
+	}
+	// A marker that outlived its process came with data from a snapshot or a replica,
+	// which may be older than what other clients saw there: tell them (rollback.go).
+	survived := (cause == QuarantineRestart || wentBack) && mErr == nil && prevMarker != "" && m.value == prevMarker
+	if survived {
+		n.marker, n.markerDue = "", true // deleted below: read anew at the next health check
 	}
 	var until time.Time
 	if cause != "" {
@@ -249,6 +274,9 @@ func (n *node) observe(info string, ann transport.Reply) {
 		}
 	}
 	n.mu.Unlock()
+	if survived {
+		n.forgetMarker()
+	}
 	if cause != "" {
 		n.c.opt.Logger.Warn("redis node may have lost its keys; it will not vote until its quarantine ends",
 			slog.String("node", n.addr), slog.String("cause", string(cause)), slog.String("previous_run_id", prevID),

@@ -196,7 +196,7 @@ func (r *renewer) renew(batch []*Lock) {
 // whole ttl. It returns each lock's outcome (see Lock.applyExtend).
 func (c *Client) extendBatch(ctx context.Context, locks []*Lock) []error {
 	start := time.Now()
-	keys, argv := lockArgs(locks)
+	keys, argv := lockArgs(locks, c.seqKey())
 	replies := make([][]int64, len(c.nodes))
 	_, _, errs := c.onAll(ctx, "extend", 0, func(cctx context.Context, i int, nd *node) (bool, error) {
 		if !nd.quarantinedUntil(time.Now()).IsZero() {
@@ -254,7 +254,7 @@ func (c *Client) retake(ctx context.Context, perNode [][]*Lock) {
 		if len(perNode[i]) == 0 {
 			return false, transport.ErrNotAsked
 		}
-		keys, argv := lockArgs(perNode[i])
+		keys, argv := lockArgs(perNode[i], c.seqKey())
 		return true, retakeScript.Run(cctx, nd.tr, keys, argv...).Err()
 	})
 }
@@ -262,9 +262,10 @@ func (c *Client) retake(ctx context.Context, perNode [][]*Lock) {
 // lockArgs are the KEYS and ARGV of extendScript and retakeScript for locks: the lock
 // names, then the readers' sets of the readers among them; the values, the ttls, and
 // whether each is a reader (retakeScript, given no readers, ignores the third part).
-func lockArgs(locks []*Lock) ([]string, []any) {
+// The last key is the node's write sequence, seq ("" for none: rollback.go).
+func lockArgs(locks []*Lock, seq string) ([]string, []any) {
 	n := len(locks)
-	keys := make([]string, n, n+1)
+	keys := make([]string, n, n+2)
 	argv := make([]any, 3*n)
 	for i, l := range locks {
 		keys[i] = l.nm.lock
@@ -275,7 +276,7 @@ func lockArgs(locks []*Lock) ([]string, []any) {
 			keys = append(keys, l.nm.readers)
 		}
 	}
-	return keys, argv
+	return append(keys, seq), argv
 }
 
 // renewHeap orders kept-alive locks by their next renewal.

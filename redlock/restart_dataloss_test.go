@@ -120,7 +120,7 @@ func waitMarkers(t testing.TB, c *Client) {
 
 // announceReply builds announceScript's reply for observe.
 func announceReply(bound int64, value string, now int64) transport.Reply {
-	return transport.NewReply([]any{bound, value, now}, nil)
+	return transport.NewReply([]any{bound, value, now, int64(0), int64(0), int64(0)}, nil)
 }
 
 // The detection rule on synthetic INFO and announce replies (no sleeping): a changed

@@ -111,7 +111,7 @@ func TestRestoredMarkerIsNoFreshStart(t *testing.T) {
 	servers := redistest.StartN(t, 1)
 	c := newTestClient(t, servers, fastOptions())
 	n := &node{addr: "test", c: c}
-	ann := transport.NewReply([]any{int64(2000), "M/" + run + ":" + "1", int64(2)}, nil)
+	ann := transport.NewReply([]any{int64(2000), "M/" + run + ":" + "1", int64(2), int64(0), int64(0), int64(0)}, nil)
 	n.observe("run_id:aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\r\nuptime_in_seconds:0\r\n", ann)
 	if f := n.facts(); f.mark != "" {
 		t.Fatalf("a restored marker gave the mark %q", f.mark)

@@ -25,6 +25,10 @@ type round struct {
 	sent    time.Time  // when the calls went out: each reply's round trip counts from here
 	kinds   []sentKind // what went to each node, for reading its reply (Deliver)
 	kindBuf [8]sentKind
+	// seqs is each node's highest write sequence this client had read when the round was
+	// sent (rollback.go): a grant is judged against it.
+	seqs    []seqReading
+	seqBuf  [8]seqReading
 	mu      sync.Mutex
 	replies []nodeReply   // in arrival order
 	decided bool          // decide is closed
@@ -49,6 +53,11 @@ func newRound(c *Client) *round {
 		r.kinds = make([]sentKind, 0, len(c.nodes))
 	}
 	r.kinds = r.kinds[:len(c.nodes)]
+	r.seqs = r.seqBuf[:0]
+	if len(c.nodes) > len(r.seqBuf) {
+		r.seqs = make([]seqReading, 0, len(c.nodes))
+	}
+	r.seqs = r.seqs[:len(c.nodes)]
 	return r
 }
 
@@ -62,6 +71,7 @@ func (r *round) Deliver(i int, reply transport.Reply) {
 	} else {
 		rep = scriptReply(reply)
 	}
+	rep.seqBefore = r.seqs[i]
 	nd.record("acquire", time.Since(r.sent), rep.err)
 	if kind == sentEvict && rep.ok && rep.evicted < 0 {
 		nd.warnNoEvictions()
@@ -154,8 +164,12 @@ type nodeReply struct {
 	reserved bool   // with fencing: the node keeps token + the handoff reserve
 	marker   string // a grant's reading of the node's data marker ("" when it has none)
 	evicted  int64  // a grant's reading of the node's eviction count, -1 when not read
-	pttl     time.Duration
-	err      error
+	// seq is a grant's write sequence (rollback.go), -1 when not advanced; seqBefore what
+	// this client had read of it when the round was sent.
+	seq       int64
+	seqBefore seqReading
+	pttl      time.Duration
+	err       error
 }
 
 // tally is what one round's replies say, once the round is decided.
@@ -257,7 +271,11 @@ func (c *Client) sendRound(ctx context.Context, nm names, a try, start time.Time
 	plain := a.n == 1 && !a.fencing && !nm.shared && a.mark > 0
 	var plainCmd *transport.Command
 	if plain {
-		plainCmd = transport.NewCommand(nil, nil, "set", nm.lock, value, "nx", "px", a.ttl.Milliseconds()).Then(c.markerGet)
+		behind := c.seqMarker // advances the write sequence too (rollback.go)
+		if c.seqCheckOff.Load() {
+			behind = c.markerGet
+		}
+		plainCmd = transport.NewCommand(nil, nil, "set", nm.lock, value, "nx", "px", a.ttl.Milliseconds()).Then(behind)
 	}
 	// The script's command, made once a node needs it; nodes that may evict also report
 	// their eviction count with a grant (evictionsLua): ARGV[8] "1".
@@ -268,9 +286,10 @@ func (c *Client) sendRound(ctx context.Context, nm names, a try, start time.Time
 			i = 1
 		}
 		if cmds[i] == nil {
-			script, keys := acquireScript, []string{nm.lock, nm.counter, nm.writer, c.markerKey(), c.boundKey()}
+			seq := c.seqKey()
+			script, keys := acquireScript, []string{nm.lock, nm.counter, nm.writer, seq, c.markerKey(), c.boundKey()}
 			if nm.shared {
-				script, keys = readAcquireScript, []string{nm.lock, nm.counter, nm.writer, nm.readers, nm.turn, c.markerKey(), c.boundKey()}
+				script, keys = readAcquireScript, []string{nm.lock, nm.counter, nm.writer, nm.readers, nm.turn, seq, c.markerKey(), c.boundKey()}
 			}
 			argv := []any{value, a.ttl.Milliseconds(), a.owner, boolArg(a.fencing), c.counterTTL().Milliseconds(), a.n,
 				a.mark.Milliseconds(), boolArg(evict), a.turnAsk.Milliseconds()}
@@ -298,6 +317,7 @@ func (c *Client) sendRound(ctx context.Context, nm names, a try, start time.Time
 			cmd, kind = scriptCmd(false), sentScript
 		}
 		rd.kinds[i] = kind
+		rd.seqs[i] = nd.seqReading()
 		nd.tr.Send(ctx, cmd, rd, i)
 	}
 	return rd
@@ -396,29 +416,29 @@ func acquireReply(i int, nd *node, rep nodeReply) nodeReply {
 	return rep
 }
 
-// scriptReply reads the acquire script's answer: {1, token, reserved, marker, evicted}
-// or {0, PTTL}.
+// scriptReply reads the acquire script's answer: {1, token, reserved, marker, evicted,
+// sequence} or {0, PTTL}.
 func scriptReply(reply transport.Reply) nodeReply {
 	r, err := reply.Slice()
-	rep := nodeReply{evicted: -1}
+	rep := nodeReply{evicted: -1, seq: -1}
 	if err != nil {
 		rep.err = err
 		return rep
 	}
-	ints := make([]int64, 0, 4)
+	ints := make([]int64, 0, 5)
 	for _, v := range r {
 		if n, ok := v.(int64); ok {
 			ints = append(ints, n)
 		}
 	}
 	switch {
-	case len(r) == 5 && len(ints) == 4 && ints[0] == 1:
+	case len(r) == 6 && len(ints) == 5 && ints[0] == 1:
 		m, ok := r[3].(string)
 		if !ok {
 			rep.err = fmt.Errorf("unexpected acquire reply %v", r)
 			break
 		}
-		rep.ok, rep.token, rep.reserved, rep.marker, rep.evicted = true, ints[1], ints[2] == 1, m, ints[3]
+		rep.ok, rep.token, rep.reserved, rep.marker, rep.evicted, rep.seq = true, ints[1], ints[2] == 1, m, ints[3], ints[4]
 	case len(r) == 2 && len(ints) == 2 && ints[0] == 0:
 		rep.busy, rep.pttl = true, time.Duration(ints[1])*time.Millisecond
 	default:
@@ -433,7 +453,7 @@ func scriptReply(reply transport.Reply) nodeReply {
 // vote: an error, and as it is not a definitive busy the round's give-back still goes
 // to that node.
 func plainReply(reply transport.Reply) nodeReply {
-	rep := nodeReply{evicted: -1}
+	rep := nodeReply{evicted: -1, seq: -1}
 	switch s, err := reply.Text(); {
 	case reply.IsNil():
 		rep.busy = true
@@ -443,7 +463,21 @@ func plainReply(reply transport.Reply) nodeReply {
 		rep.err = fmt.Errorf("unexpected SET reply %q", s)
 	default:
 		m := reply.Then()
-		switch ms, err := m.Text(); {
+		if vals, ok := m.Val().([]any); ok { // seqMarkerLua's {sequence, marker} (rollback.go)
+			if len(vals) != 2 {
+				rep.err = errors.New("unexpected reply behind the SET")
+				break
+			}
+			seq, ok1 := vals[0].(int64)
+			ms, ok2 := vals[1].(string)
+			if !ok1 || !ok2 {
+				rep.err = errors.New("unexpected reply behind the SET")
+				break
+			}
+			rep.ok, rep.marker, rep.seq = true, ms, seq
+			break
+		}
+		switch ms, err := m.Text(); { // the marker's GET: the check off
 		case m.IsNil():
 			rep.ok = true
 		case err != nil:
@@ -460,7 +494,7 @@ func plainReply(reply transport.Reply) nodeReply {
 func (c *Client) commitToken(ctx context.Context, nm names, value string, token int64) error {
 	argv := []any{value, token, c.counterTTL().Milliseconds(), boolArg(nm.shared)}
 	ok, _, errs := c.onAll(ctx, "commit", c.quorum, func(cctx context.Context, _ int, nd *node) (bool, error) {
-		r, err := commitScript.Run(cctx, nd.tr, []string{nm.lock, nm.counter, nm.readers, c.boundKey()}, argv...).Int64()
+		r, err := commitScript.Run(cctx, nd.tr, []string{nm.lock, nm.counter, nm.readers, c.seqKey(), c.boundKey()}, argv...).Int64()
 		return r == 1, err
 	})
 	if ok < c.quorum {

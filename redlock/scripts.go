@@ -12,7 +12,8 @@ import "github.com/caddy-redlock/caddy-redlock/redlock/internal/transport"
 // Fencing counters and release channels live under other names (see names.go).
 
 // acquireScript: KEYS[1] lock, KEYS[2] fencing counter, KEYS[3] the writer-waiting mark,
-// KEYS[4] the node's data marker (read for the reply), KEYS[5] the bound the node keeps
+// KEYS[4] the node's write sequence (advanced by every grant: writeSeqLua, rollback.go),
+// KEYS[5] the node's data marker (read for the reply), KEYS[6] the bound the node keeps
 // (the longest max_ttl announced: fencingLua reads it for the counter's expiry).
 // ARGV[1] value, ARGV[2] ttl ms, ARGV[3] owner prefix, ARGV[4] "1" for fencing, ARGV[5]
 // counter ttl ms, ARGV[6] this attempt's number (the value is owner prefix .. attempt),
@@ -56,7 +57,8 @@ import "github.com/caddy-redlock/caddy-redlock/redlock/internal/transport"
 // loses the one-round fast path.
 // The counter then keeps token + reserve, the reserve only while the token is within the
 // lead of the clock, so that counters never run further ahead. Grants return
-// {1, token, 1 if reserved, marker, eviction count or -1}; busy {0, PTTL}.
+// {1, token, 1 if reserved, marker, eviction count or -1, write sequence or -1}; busy
+// {0, PTTL}.
 var acquireScript = newScript(`
 if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   local cur = redis.pcall('GET', KEYS[1])
@@ -78,8 +80,22 @@ end
 ` + fencingLua + `
 ` + markerLua + `
 ` + evictionsLua + `
-return {1, token, reserved, m, ev}
+` + writeSeqLua + `
+return {1, token, reserved, m, ev, sq}
 `)
+
+// writeSeqLua advances the node's write sequence (the third key from the end: before the
+// marker and the bound) into sq, -1 when the name is "" (a client with the check off:
+// benchmarks only). Every script that writes what a holder relies on runs it, in the
+// same atomic call as that write, so the two replicate together (rollback.go).
+const writeSeqLua = `
+local sq = -1
+if KEYS[#KEYS - 2] ~= '' then sq = redis.call('INCR', KEYS[#KEYS - 2]) end`
+
+// seqLastLua advances the write sequence when it is the last key ("" for none), for the
+// scripts whose other keys are counted (extendScript, retakeScript).
+const seqLastLua = `
+if KEYS[#KEYS] ~= '' then redis.call('INCR', KEYS[#KEYS]) end`
 
 // markerLua reads the node's data marker (the key before the last, dataloss.go) into m,
 // "" when it has none, for a grant's reply.
@@ -163,8 +179,8 @@ const channelSuffixLua = `\0released`
 
 // readAcquireScript takes the key shared (a reader). KEYS[1] lock, KEYS[2] counter,
 // KEYS[3] writer-waiting mark, KEYS[4] the readers (a sorted set: value -> expiry, ms of
-// the node's clock), KEYS[5] the readers' turn mark, KEYS[6] the data marker, KEYS[7] the
-// node's bound; ARGV and replies as acquireScript's. Busy, {0, PTTL}, while a writer
+// the node's clock), KEYS[5] the readers' turn mark, KEYS[6] the write sequence, KEYS[7]
+// the data marker, KEYS[8] the node's bound; ARGV and replies as acquireScript's. Busy, {0, PTTL}, while a writer
 // holds the lock name or a writer waits (the mark) outside the readers' turn; else the
 // reader's entry is added with its own expiry and the lock name holds sharedMarker until
 // the last entry expires (so the name and the set lapse together, and a plain SET NX,
@@ -195,7 +211,8 @@ redis.call('ZADD', KEYS[4], ms + tonumber(ARGV[2]), ARGV[1])
 ` + fencingLua + `
 ` + markerLua + `
 ` + evictionsLua + `
-return {1, token, reserved, m, ev}
+` + writeSeqLua + `
+return {1, token, reserved, m, ev, sq}
 `)
 
 // waitMarkLua marks readers as waiting (KEYS[5], for ARGV[7] ms unless that is 0: a
@@ -243,7 +260,8 @@ return 1
 
 // commitScript makes a fencing token durable before it is used: only while we still hold
 // the key on this node, raise the counter to at least the token.
-// KEYS[1] lock, KEYS[2] counter, KEYS[3] readers, KEYS[4] the node's bound; ARGV[1]
+// KEYS[1] lock, KEYS[2] counter, KEYS[3] readers, KEYS[4] the write sequence (advanced
+// when the counter is: writeSeqLua, rollback.go), KEYS[5] the node's bound; ARGV[1]
 // value, ARGV[2] token, ARGV[3] counter ttl ms (or twice the bound: counterTTLLua),
 // ARGV[4] "1" for a reader (its entry in the readers' set is what it holds).
 var commitScript = newScript(`
@@ -260,6 +278,7 @@ local cttl = tonumber(ARGV[3])
 ` + counterTTLLua + `
 if tonumber(ARGV[2]) > c then
   redis.call('SET', KEYS[2], ARGV[2], 'PX', cttl)
+  if KEYS[4] ~= '' then redis.call('INCR', KEYS[4]) end
 else
   redis.call('PEXPIRE', KEYS[2], cttl)
 end
@@ -271,7 +290,8 @@ return 1
 // and after the n names, the readers' set of each reader, in order. Per lock: 1 =
 // extended, 2 = absent, 0 = held by someone else. A reader is extended while its entry
 // is live and the name still holds sharedMarker; its entry's new expiry may lengthen the
-// name's and the set's.
+// name's and the set's. The last key is the node's write sequence ("" for none), advanced
+// once per call (seqLastLua, rollback.go): a renewal lost in a rollback shortens a lock.
 // An absent key is not re-taken here: only a lock still renewed on a quorum may re-take
 // the nodes it is missing from (retakeScript), or a force release (or any deletion of a
 // majority) would be undone by the holder's next renewal.
@@ -317,18 +337,22 @@ for i = 1, n do
     res[i] = 0
   end
 end
+` + seqLastLua + `
 return res
 `)
 
 // retakeScript puts locks back on a node that lost them (a restart without persistence)
 // while a quorum still holds them: SET NX, so it never overwrites another holder.
-// KEYS[i] lock, ARGV[i] value, ARGV[#KEYS+i] ttl ms. Returns how many were set.
+// KEYS[i] lock, ARGV[i] value, ARGV[n+i] ttl ms for the n = #KEYS - 1 locks; the last
+// key the node's write sequence ("" for none: seqLastLua, rollback.go). Returns how many
+// were set.
 var retakeScript = newScript(`
-local n = #KEYS
+local n = #KEYS - 1
 local set = 0
-for i, k in ipairs(KEYS) do
-  if redis.call('SET', k, ARGV[i], 'NX', 'PX', ARGV[n + i]) then set = set + 1 end
+for i = 1, n do
+  if redis.call('SET', KEYS[i], ARGV[i], 'NX', 'PX', ARGV[n + i]) then set = set + 1 end
 end
+` + seqLastLua + `
 return set
 `)
 
@@ -463,7 +487,12 @@ return n
 // or without an expiry) is replaced. The marker is created as mark/run_id:clock, the
 // process that made it and the node's clock in ms (run_id "" and clock 0 for a user not
 // granted INFO or TIME: the permission probe names them), else kept alive; the clock
-// stays last, so older clients still read the marker's age. Returns {bound now stored in ms, marker, node clock in ms}.
+// stays last, so older clients still read the marker's age. KEYS[3], when given and not
+// "", is the node's write sequence, read (never written) for the reply (rollback.go), and
+// ARGV[5] the highest this client had read there when it sent the announce and ARGV[6]
+// that reading's epoch, returned as they came, so the reply is judged against a reading
+// that surely preceded it. Returns {bound now stored in ms, marker, node clock in ms,
+// write sequence (0 none, -1 not asked), ARGV[5], ARGV[6]}.
 // A plain string so it can go out as EVAL in a pipeline.
 const announceScript = `
 local cur = redis.pcall('GET', KEYS[1])
@@ -486,7 +515,12 @@ if type(m) ~= 'string' then
 else
   redis.call('PEXPIRE', KEYS[2], ARGV[2])
 end
-return {cur, m, now}
+local sq = -1
+if KEYS[3] and KEYS[3] ~= '' then
+  sq = redis.pcall('GET', KEYS[3])
+  sq = (type(sq) == 'string' and tonumber(sq)) or 0
+end
+return {cur, m, now, sq, tonumber(ARGV[5]) or 0, tonumber(ARGV[6]) or 0}
 `
 
 // newScript makes a script run by digest (transport.Script).
@@ -498,12 +532,12 @@ func newScript(src string) *transport.Script { return transport.NewScript(src) }
 // releases are cleanups: behind a call refused with NOSCRIPT they run again after it
 // (transport's batcher), so a release never stays ahead of the SET it cleans up.
 var scripts = transport.NewScripts(
-	acquireScript.About("acquire", "GET", "PTTL", "SET", "DEL", "TIME", "INFO"),
-	readAcquireScript.About("shared acquire", "GET", "PTTL", "SET", "DEL", "TIME", "ZREMRANGEBYSCORE", "ZADD", "ZRANGE", "PEXPIRE", "INFO"),
+	acquireScript.About("acquire", "GET", "PTTL", "SET", "DEL", "TIME", "INFO", "INCR"),
+	readAcquireScript.About("shared acquire", "GET", "PTTL", "SET", "DEL", "TIME", "ZREMRANGEBYSCORE", "ZADD", "ZRANGE", "PEXPIRE", "INFO", "INCR"),
 	readReleaseScript.About("shared release", "GET", "SET", "DEL", "TIME", "ZREM", "ZREMRANGEBYSCORE", "ZRANGE", "PEXPIRE", "PUBLISH").AsCleanup(),
-	commitScript.About("fencing commit", "GET", "SET", "PEXPIRE", "ZSCORE", "TIME"),
-	extendScript.About("renewal", "GET", "PEXPIRE", "PTTL", "TIME", "ZSCORE", "ZADD"),
-	retakeScript.About("re-take", "SET"),
+	commitScript.About("fencing commit", "GET", "SET", "PEXPIRE", "ZSCORE", "TIME", "INCR"),
+	extendScript.About("renewal", "GET", "PEXPIRE", "PTTL", "TIME", "ZSCORE", "ZADD", "INCR"),
+	retakeScript.About("re-take", "SET", "INCR"),
 	releaseScript.About("release", "GET", "DEL", "SET", "PUBLISH").AsCleanup(),
 	forceReadScript.About("force release's read", "GET", "ZRANGE"),
 	forceReleaseScript.About("force release", "GET", "DEL", "ZREM", "TIME", "ZREMRANGEBYSCORE", "ZRANGE", "SET", "PEXPIRE", "PUBLISH"),

@@ -124,7 +124,7 @@ func TestConformance(t *testing.T) {
 // scriptNames are what scriptOf calls the client's scripts and commands; each must be
 // replayed at least once.
 var scriptNames = []string{"acquire", "shared acquire", "shared release", "renewal", "release",
-	"force read", "force release", "announce", "digests", "probe", "fencing commit", "re-take", "INFO", "GET", "PTTL", "ZCARD"}
+	"force read", "force release", "announce", "digests", "probe", "fencing commit", "re-take", "seq marker", "INFO", "GET", "PTTL", "ZCARD"}
 
 // scriptOf names a recorded command by its script's first line.
 func scriptOf(args []string) string {
@@ -160,7 +160,8 @@ var scriptMarks = map[string]*regexp.Regexp{
 	"digests":        regexp.MustCompile(`redis.sha1hex`),
 	"probe":          regexp.MustCompile(`^\s*local bad = \{\}`),
 	"fencing commit": regexp.MustCompile(`^\s*if ARGV\[4\] == '1' then\n  local sc = redis.pcall\('ZSCORE'`),
-	"re-take":        regexp.MustCompile(`^\s*local n = #KEYS\nlocal set = 0`),
+	"re-take":        regexp.MustCompile(`^\s*local n = #KEYS - 1\nlocal set = 0`),
+	"seq marker":     regexp.MustCompile(`^local sq = redis.call\('INCR', KEYS\[1\]\)`),
 }
 
 func keysOf(m map[string]bool) []string {

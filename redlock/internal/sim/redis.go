@@ -233,6 +233,8 @@ func (s *Server) command(args []string, script bool) reply {
 		return bulk(v.s)
 	case "SET":
 		return s.set(a)
+	case "INCR":
+		return s.incr(a)
 	case "DEL":
 		if !atLeast(1) {
 			return errArgs(cmd)

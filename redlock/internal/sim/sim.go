@@ -226,7 +226,7 @@ func (w *World) checkIdle(g *ledger) {
 					continue
 				}
 				switch {
-				case strings.Contains(k, "\x00fence"), strings.Contains(k, "\x00data_marker"), strings.Contains(k, "\x00max_ttl"):
+				case strings.Contains(k, "\x00fence"), strings.Contains(k, "\x00data_marker"), strings.Contains(k, "\x00max_ttl"), strings.Contains(k, "\x00write_seq"):
 					continue
 				}
 				g.violation("idle", "node %d still has %q (pttl %dms) after every lock was released", n.idx, k, n.srv.data[k].exp-n.srv.now())
