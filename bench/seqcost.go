@@ -133,7 +133,7 @@ func (r *results) seqCostTable() *table {
 	t := &table{title: "8. Write sequence cost: CPU per lock with the check on and off (library, N=5, 16 goroutines, unique keys)",
 		head: []string{"grant path", "Redis CPU/lock on", "off", "on vs off", "client CPU/lock on", "off"},
 		notes: []string{"Redis CPU: the 5 nodes' CPU time (INFO cpu) over the run / locks (acquire + release), summed over the nodes; median of the counts.",
-			"on: every grant, renewal, re-take and fencing commit INCRs the node's write sequence (redlock/rollback.go); off: the benchmark's unexported switch.",
+			"on: every grant, renewal, re-take and fencing commit advances (GET, SET) the node's write sequence (redlock/rollback.go); off: the benchmark's unexported switch.",
 			"Reproduce: go test -run '^$' -bench '^BenchmarkWriteSequenceCost$' -benchtime 2s -count 3 ./redlock/"}}
 	for _, x := range r.SeqCost {
 		t.add(x.Path, fmt.Sprintf("%.1fµs", x.RedisOn), fmt.Sprintf("%.1fµs", x.RedisOff), fmt.Sprintf("%.2f×", x.RedisRatio),

@@ -24,11 +24,11 @@ import (
 // Facts. (F1) A replica's data, and data loaded from an RDB snapshot or an AOF, is the
 // result of a PREFIX of the node's writes, applied in order: Redis replicates and persists
 // a script's writes as one unit (Redis 7: its effects in one MULTI/EXEC), so a prefix holds
-// a grant's lock write and its INCR of the sequence together or neither. The plain first
+// a grant's lock write and its advance of the sequence together or neither. The plain first
 // try (sendRound) is a SET NX PX followed on the same connection by a small EVAL that
 // advances the sequence and reads the marker (seqMarkerLua): the SET is earlier in the
-// node's writes, so a prefix that holds that INCR holds the SET. (F2) On one unbroken
-// history the sequence only grows, by one per INCR: nothing else writes it, it has no
+// node's writes, so a prefix that holds that advance holds the SET. (F2) On one unbroken
+// history the sequence only grows, by one per advance (a GET and a SET in one script: atomic): nothing else writes it, it has no
 // expiry; a flush or an eviction that takes it restarts it at 1 (a loss, seen as one).
 //
 // Hence: if this client read the sequence as v on a node (a grant's reply or a health
@@ -74,7 +74,7 @@ import (
 // marker delete landed (the marker then fails B's grant, if B had read the marker).
 // By (F1) and (F2) the sequence at f is below the value A's write left, which is at most
 // B's reading: the first grant the new server gives returns at most B's reading, and B
-// refuses it (seqWentBack), as long as the new server's own INCRs have not carried it
+// refuses it (seqWentBack), as long as the new server's own advances have not carried it
 // past B's reading. A itself: its next renewal finds k missing on x (a renewal never
 // re-creates a missing key: extendScript), so a lock left without a majority is lost at
 // that renewal, at most a renewal interval after the rollback.
@@ -103,7 +103,7 @@ import (
 // its next health check even where INFO shows no run_id and it takes no lock there, and
 // tells the others (TestHealthCheckSeesASequenceGoneBack).
 //
-// Cost: one INCR per grant, renewal call, re-take call and fencing commit, in the calls
+// Cost: one advance (GET, SET) per grant, renewal call, re-take call and fencing commit, in the calls
 // that already run; the plain first try's marker GET becomes a small EVAL. Measured in
 // docs/performance.md ("Write sequence").
 
@@ -113,7 +113,8 @@ const writeSeqName = "\x00write_seq"
 // seqMarkerLua runs behind the plain SETs of a first try, on the same connection (a plain
 // EVAL: transport's Then takes no digest): it advances the write sequence and reads the
 // data marker. KEYS[1] the sequence, KEYS[2] the marker. Returns {sequence, marker or ""}.
-const seqMarkerLua = `local sq = redis.call('INCR', KEYS[1])
+const seqMarkerLua = `local sq = (tonumber(redis.call('GET', KEYS[1])) or 0) + 1
+redis.call('SET', KEYS[1], sq)
 local m = redis.pcall('GET', KEYS[2])
 if type(m) ~= 'string' then m = '' end
 return {sq, m}`

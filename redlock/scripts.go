@@ -84,18 +84,22 @@ end
 return {1, token, reserved, m, ev, sq}
 `)
 
-// writeSeqLua advances the node's write sequence (the third key from the end: before the
+// writeSeqLua advances the node's write sequence (GET and SET, not INCR: the documented
+// ACL line grants no INCR, and a script is atomic anyway) (the third key from the end: before the
 // marker and the bound) into sq, -1 when the name is "" (a client with the check off:
 // benchmarks only). Every script that writes what a holder relies on runs it, in the
 // same atomic call as that write, so the two replicate together (rollback.go).
 const writeSeqLua = `
 local sq = -1
-if KEYS[#KEYS - 2] ~= '' then sq = redis.call('INCR', KEYS[#KEYS - 2]) end`
+if KEYS[#KEYS - 2] ~= '' then
+  sq = (tonumber(redis.call('GET', KEYS[#KEYS - 2])) or 0) + 1
+  redis.call('SET', KEYS[#KEYS - 2], sq)
+end`
 
 // seqLastLua advances the write sequence when it is the last key ("" for none), for the
 // scripts whose other keys are counted (extendScript, retakeScript).
 const seqLastLua = `
-if KEYS[#KEYS] ~= '' then redis.call('INCR', KEYS[#KEYS]) end`
+if KEYS[#KEYS] ~= '' then redis.call('SET', KEYS[#KEYS], (tonumber(redis.call('GET', KEYS[#KEYS])) or 0) + 1) end`
 
 // markerLua reads the node's data marker (the key before the last, dataloss.go) into m,
 // "" when it has none, for a grant's reply.
@@ -278,7 +282,7 @@ local cttl = tonumber(ARGV[3])
 ` + counterTTLLua + `
 if tonumber(ARGV[2]) > c then
   redis.call('SET', KEYS[2], ARGV[2], 'PX', cttl)
-  if KEYS[4] ~= '' then redis.call('INCR', KEYS[4]) end
+  if KEYS[4] ~= '' then redis.call('SET', KEYS[4], (tonumber(redis.call('GET', KEYS[4])) or 0) + 1) end
 else
   redis.call('PEXPIRE', KEYS[2], cttl)
 end
@@ -532,12 +536,12 @@ func newScript(src string) *transport.Script { return transport.NewScript(src) }
 // releases are cleanups: behind a call refused with NOSCRIPT they run again after it
 // (transport's batcher), so a release never stays ahead of the SET it cleans up.
 var scripts = transport.NewScripts(
-	acquireScript.About("acquire", "GET", "PTTL", "SET", "DEL", "TIME", "INFO", "INCR"),
-	readAcquireScript.About("shared acquire", "GET", "PTTL", "SET", "DEL", "TIME", "ZREMRANGEBYSCORE", "ZADD", "ZRANGE", "PEXPIRE", "INFO", "INCR"),
+	acquireScript.About("acquire", "GET", "PTTL", "SET", "DEL", "TIME", "INFO"),
+	readAcquireScript.About("shared acquire", "GET", "PTTL", "SET", "DEL", "TIME", "ZREMRANGEBYSCORE", "ZADD", "ZRANGE", "PEXPIRE", "INFO"),
 	readReleaseScript.About("shared release", "GET", "SET", "DEL", "TIME", "ZREM", "ZREMRANGEBYSCORE", "ZRANGE", "PEXPIRE", "PUBLISH").AsCleanup(),
-	commitScript.About("fencing commit", "GET", "SET", "PEXPIRE", "ZSCORE", "TIME", "INCR"),
-	extendScript.About("renewal", "GET", "PEXPIRE", "PTTL", "TIME", "ZSCORE", "ZADD", "INCR"),
-	retakeScript.About("re-take", "SET", "INCR"),
+	commitScript.About("fencing commit", "GET", "SET", "PEXPIRE", "ZSCORE", "TIME"),
+	extendScript.About("renewal", "GET", "PEXPIRE", "PTTL", "TIME", "ZSCORE", "ZADD"),
+	retakeScript.About("re-take", "SET", "GET"),
 	releaseScript.About("release", "GET", "DEL", "SET", "PUBLISH").AsCleanup(),
 	forceReadScript.About("force release's read", "GET", "ZRANGE"),
 	forceReleaseScript.About("force release", "GET", "DEL", "ZREM", "TIME", "ZREMRANGEBYSCORE", "ZRANGE", "SET", "PEXPIRE", "PUBLISH"),

@@ -161,7 +161,7 @@ var scriptMarks = map[string]*regexp.Regexp{
 	"probe":          regexp.MustCompile(`^\s*local bad = \{\}`),
 	"fencing commit": regexp.MustCompile(`^\s*if ARGV\[4\] == '1' then\n  local sc = redis.pcall\('ZSCORE'`),
 	"re-take":        regexp.MustCompile(`^\s*local n = #KEYS - 1\nlocal set = 0`),
-	"seq marker":     regexp.MustCompile(`^local sq = redis.call\('INCR', KEYS\[1\]\)`),
+	"seq marker":     regexp.MustCompile(`^local sq = \(tonumber\(redis.call\('GET', KEYS\[1\]\)\) or 0\) \+ 1`),
 }
 
 func keysOf(m map[string]bool) []string {
