@@ -116,8 +116,7 @@ func (h *Handler) dropClientToken(r *http.Request) {
 func (h *Handler) serveLocked(ctx context.Context, w http.ResponseWriter, r *http.Request, next caddyhttp.Handler,
 	repl *caddy.Replacer, l heldLocks, e *inflight) (err error) {
 	e.setHeld(l) // first: every way out below finishes a held request
-	// next writes through x (exchange.go); an upgraded connection is watched there too:
-	// its tunnel's end decides as much as next's error does (tunnel.go).
+	// next writes through x (exchange.go), an upgraded connection's tunnel too (tunnel.go).
 	kind := tunnelOf(r)
 	x := &e.x
 	// Runs on every way out, panics included. ended is filled in only once next returned.
@@ -161,8 +160,8 @@ func (h *Handler) serveLocked(ctx context.Context, w http.ResponseWriter, r *htt
 	setHeldList(r, e) // for the redlock blocks behind and in error routes (coverOf)
 	nextCtx := x.begin(ctx, w)
 	r.Body = x.watchBody(r.Body)                         // in place: error routes read the request's own body
-	settle, unwatch := h.watchLock(r.Context(), l, e, r) // not ctx: it ends with ServeHTTP, before Caddy's error routes
-	e.unwatch = unwatch
+	var settle func()
+	settle, e.unwatch = h.watchLock(r.Context(), l, e, r) // not ctx: it ends with ServeHTTP, before Caddy's error routes
 	err = next.ServeHTTP(x, r.WithContext(nextCtx))
 	settle()
 	ended = requestEnd{cancelled: ctx.Err() != nil || e.cutUnder.Load(), mayWork: upstreamMayStillWork(err, r), tunnel: tunnelEndOf(kind, x),
