@@ -46,7 +46,7 @@ func optionsFromEnv() options {
 		}
 	}
 	o.verbose = os.Getenv("EXPLORE_VERBOSE") != ""
-	avoidServedUnder = os.Getenv("EXPLORE_AVOID") == "served-under"
+	avoidIssue38 = os.Getenv("EXPLORE_AVOID") == "issue38"
 	return o
 }
 
