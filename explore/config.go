@@ -98,14 +98,13 @@ func indent(s, prefix string) string {
 
 // errorRoute is what an error route (handle_errors, intercept's handle_response,
 // handle_response) runs: the case's error block, if any, and a proxy for the role.
-func (c *caseSpec) errorRoute(e *env, role, work string) string {
+func (c *caseSpec) errorRoute(e *env, role, work string, extra ...string) string {
 	var s string
 	if b, ok := c.blockAt("error"); ok {
 		s += c.redlockBlock(e, b, "")
 	}
-	extra := []string{"header_up -X-Work-First"}
 	if work != "" {
-		extra = append(extra, "header_up X-Work \""+work+"\"")
+		extra = append(extra, "header_up -X-Work-First", "header_up X-Work \""+work+"\"")
 	}
 	return s + proxy(e.up, role, extra...)
 }
@@ -141,9 +140,15 @@ func (c *caseSpec) site(e *env, port int, generation int) string {
 		}
 		route += proxy(up+" "+e.up2, "work", "lb_policy round_robin", policy, timeout())
 	case shapeHandleResponse:
-		inner := indent(c.errorRoute(e, "work", ""), "\t")
+		// The work is the second hop, a proxy nested in the first's handle_response; with
+		// retries of its own when the case draws them (nestedRetry).
+		var retry []string
+		if c.nestedRetry {
+			retry = []string{"lb_retries 1", fmt.Sprintf("transport http {\n\tresponse_header_timeout %s\n}", hdrTimeout)}
+		}
+		inner := indent(c.errorRoute(e, "work", "", retry...), "\t")
 		route += proxy(up, "hop", "header_up X-Work accel", "@accel header X-Accel-Redirect *",
-			"handle_response @accel {\n"+inner+"}", timeout())
+			"handle_response @accel {\n"+inner+"}")
 	case shapeFastCGI:
 		fc := "transport fastcgi"
 		if c.ending == endTimeout {
@@ -160,7 +165,7 @@ func (c *caseSpec) site(e *env, port int, generation int) string {
 	case shapeIntercept:
 		route += "intercept {\n\t@failed status 5xx\n\thandle_response @failed {\n" +
 			indent(c.errorRoute(e, "intercept", "d=120ms,stream"), "\t\t") + "\t}\n}\n"
-		route += proxy(up, "work", "header_up X-Work err500", timeout())
+		route += proxy(up, "work", "header_up X-Work \"{http.request.header.X-Work},fail500\"", timeout())
 	case shapeTemplates:
 		// The client's page includes <path>/inc: a virtual request through the locked
 		// route, whose next fails (404) and whose error route proxies the work.

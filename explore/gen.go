@@ -134,7 +134,9 @@ type caseSpec struct {
 	ending  string
 	faultAt time.Duration // the ending's moment (force, reload, stop, outage), from the start
 	target  string        // for force: the key released (as rendered)
-	chaos   bool          // the error route of handleerrors/intercept has a redlock block of its own
+	// nestedRetry: the handle_response shape's second hop retries (lb_retries 1,
+	// response_header_timeout) after a slow first attempt.
+	nestedRetry bool
 }
 
 // generate draws the case of seed.
@@ -260,7 +262,10 @@ func (c *caseSpec) fixRequests(r *rand.Rand) {
 	case endReload, endStop:
 		q.work = "d=500ms,stream"
 	}
-	if c.shape == shapeRetry {
+	if c.shape == shapeHandleResponse && (c.ending == endTimeout || r.IntN(3) == 0) && !externalLoss(c.ending) {
+		c.nestedRetry = true
+	}
+	if c.shape == shapeRetry || c.nestedRetry {
 		for i := range c.reqs {
 			if r.IntN(2) == 0 || i == 0 {
 				// The first attempt answers late (past response_header_timeout) and goes on:

@@ -30,7 +30,8 @@ type workSpec struct {
 	deaf   bool // goes on for d whatever happens to its request (bounded: d)
 	late   bool // headers only once the work is done
 	stream bool // a chunk every chunkEvery
-	fail   bool // answers 502 after the work
+	fail   bool // answers 502 (fail500: 500) after the work
+	status int  // the status of a failing answer
 	close  bool // closes the connection midway, no answer
 	accel  bool
 	err500 bool
@@ -47,7 +48,9 @@ func parseWork(s string) workSpec {
 		case f == "stream":
 			w.stream = true
 		case f == "fail":
-			w.fail = true
+			w.fail, w.status = true, http.StatusBadGateway
+		case f == "fail500":
+			w.fail, w.status = true, http.StatusInternalServerError
 		case f == "close":
 			w.close = true
 		case f == "accel":
@@ -186,14 +189,20 @@ func (l *ledger) begin(r *http.Request, via string) *work {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	sameRole := 0
 	for _, o := range l.works {
 		if o.req == id {
 			wk.n++
+			if o.role == wk.role {
+				sameRole++
+			}
 		}
 	}
 	wk.n++
+	// X-Work-First is the first attempt's work of the role that does the work (a retried
+	// proxy's first try), never a handle_response first hop's.
 	raw := r.Header.Get("X-Work")
-	if first := r.Header.Get("X-Work-First"); first != "" && wk.n == 1 {
+	if first := r.Header.Get("X-Work-First"); first != "" && sameRole == 0 && raw != "accel" && !strings.Contains(raw, "fail500") {
 		raw = first
 	}
 	wk.spec = parseWork(raw)
@@ -269,7 +278,7 @@ func (l *ledger) serve(w http.ResponseWriter, r *http.Request, via string) {
 	if how == endCompleted && !wk.spec.close {
 		switch {
 		case wk.spec.fail:
-			w.WriteHeader(http.StatusBadGateway)
+			w.WriteHeader(wk.spec.status)
 		case wk.spec.late:
 			w.WriteHeader(http.StatusOK)
 		}
