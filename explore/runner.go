@@ -21,6 +21,7 @@ type options struct {
 	first   uint64
 	batch   int
 	verbose bool
+	stop    bool // EXPLORE_STOP=1: end after the first batch with a violation (the revert table)
 }
 
 func optionsFromEnv() options {
@@ -46,6 +47,7 @@ func optionsFromEnv() options {
 		}
 	}
 	o.verbose = os.Getenv("EXPLORE_VERBOSE") != ""
+	o.stop = os.Getenv("EXPLORE_STOP") == "1"
 	avoidIssue38 = os.Getenv("EXPLORE_AVOID") == "issue38"
 	return o
 }
@@ -61,6 +63,7 @@ func run(out io.Writer, o options) int {
 	var cases, violations, errs, batches int
 	var failed []uint64
 	var firstErr string
+	var firstFound time.Duration
 	shapeCount := map[string]int{}
 	generation := 0
 	next := o.first
@@ -71,7 +74,7 @@ func run(out io.Writer, o options) int {
 			}
 			return []*caseSpec{generate(o.seed)}
 		}
-		if time.Since(start) >= o.d {
+		if time.Since(start) >= o.d || (o.stop && len(failed) > 0) {
 			return nil
 		}
 		var b []*caseSpec
@@ -104,6 +107,9 @@ func run(out io.Writer, o options) int {
 			}
 			if len(r.v.violations) > 0 {
 				violations += len(r.v.violations)
+				if len(failed) == 0 {
+					firstFound = time.Since(start)
+				}
 				failed = append(failed, r.c.seed)
 				r.report(out)
 			}
@@ -124,8 +130,12 @@ func run(out io.Writer, o options) int {
 	for _, s := range failed {
 		fs = append(fs, strconv.FormatUint(s, 10))
 	}
-	fmt.Fprintf(out, "EXPLORE cases=%d violations=%d failed_seeds=%d batches=%d config_errors=%d first_seed=%d failed=[%s]%s real=%s cases_per_minute=%.0f\n",
-		cases, violations, len(failed), batches, errs, o.first, strings.Join(fs, ","), leak, elapsed.Round(time.Second),
+	found := ""
+	if len(failed) > 0 {
+		found = fmt.Sprintf(" first_failure_after=%s", firstFound.Round(time.Second))
+	}
+	fmt.Fprintf(out, "EXPLORE cases=%d violations=%d failed_seeds=%d batches=%d config_errors=%d first_seed=%d failed=[%s]%s%s real=%s cases_per_minute=%.0f\n",
+		cases, violations, len(failed), batches, errs, o.first, strings.Join(fs, ","), found, leak, elapsed.Round(time.Second),
 		float64(cases)/elapsed.Minutes())
 	if violations > 0 || errs > 0 {
 		return 1
