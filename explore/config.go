@@ -52,7 +52,7 @@ func (c *caseSpec) redlockBlock(e *env, b block, indent string) string {
 	if c.lock.fencing {
 		add("fencing")
 	}
-	if c.lock.dryRun {
+	if c.lock.dryRun || b.dryRun {
 		add("dry_run")
 	}
 	if c.lock.maxHold {
@@ -159,6 +159,11 @@ func (c *caseSpec) site(e *env, port int, generation int) string {
 			to = e.deadPort
 		}
 		route += proxy(to, "work", "flush_interval -1", fc)
+	case shapeSubrouteErrors:
+		// The locked route fails with a client error (404, no body) and the subroute's own
+		// error routes (patchJSON moves them there) proxy the work.
+		route += "error 404\n"
+		after = "handle_errors 404 {\n" + indent(c.errorRoute(e, "error", ""), "\t") + "}\n"
 	case shapeHandleErrors:
 		route += proxy(up, "work", timeout())
 		after = "handle_errors 502 504 {\n" + indent(c.errorRoute(e, "error", "d=120ms,stream"), "\t") + "}\n"

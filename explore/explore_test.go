@@ -41,3 +41,23 @@ func TestGenerateIsSeeded(t *testing.T) {
 		}
 	}
 }
+
+// Every shape and every ending is drawn within a few hundred seeds.
+func TestEveryShapeAndEndingDrawn(t *testing.T) {
+	seen := map[string]uint64{}
+	for seed := uint64(1); seed < 2000; seed++ {
+		c := generate(seed)
+		if _, ok := seen[c.shape]; !ok {
+			seen[c.shape] = seed
+		}
+		if _, ok := seen[c.ending]; !ok {
+			seen[c.ending] = seed
+		}
+	}
+	for _, s := range append(append([]string(nil), shapes...), endings...) {
+		if _, ok := seen[s]; !ok {
+			t.Errorf("%s never drawn in 2000 seeds", s)
+		}
+	}
+	t.Logf("first seed of each: %v", seen)
+}

@@ -35,10 +35,11 @@ const (
 	shapeRewrite        = "rewrite"        // rewrite before the lock: the key from the original path
 	shapeEncode         = "encode"         // encode gzip around the proxy
 	shapeTemplates      = "templates"      // templates with httpInclude of a locked path (a virtual request)
+	shapeSubrouteErrors = "subrouteerrors" // handleerrors with the error routes in the site's subroute (JSON only)
 )
 
 var shapes = []string{shapeProxy, shapeStream, shapeRetry, shapeHandleResponse, shapeFastCGI,
-	shapeHandleErrors, shapeIntercept, shapeNested, shapeRewrite, shapeEncode, shapeTemplates}
+	shapeHandleErrors, shapeIntercept, shapeNested, shapeRewrite, shapeEncode, shapeTemplates, shapeSubrouteErrors}
 
 // Endings, one per case. The first group touches only the case; the global ones
 // (outage, reload, stop) touch every case of the batch it runs in.
@@ -96,8 +97,9 @@ var avoidIssue38 bool
 
 // block is one redlock block.
 type block struct {
-	where string // "outer", "inner", "error" (in handle_errors / intercept / handle_response)
-	keys  string // a keyKind
+	where  string // "outer", "inner", "error" (in handle_errors / intercept / handle_response)
+	keys   string // a keyKind
+	dryRun bool   // this block alone is a dry run (mixedDry: the outer block of a case)
 }
 
 // spec is the lock options every block of the case has.
@@ -144,6 +146,9 @@ func generate(seed uint64) *caseSpec {
 	r := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
 	c := &caseSpec{seed: seed, lane: fmt.Sprintf("c%d", seed%1_000_000)}
 	c.shape = pick(r, shapes)
+	if avoidIssue38 && c.shape == shapeSubrouteErrors {
+		c.shape = shapeHandleErrors // issue 38 item 6
+	}
 	c.ending = pick(r, endings)
 	c.fixEnding(r)
 
@@ -172,10 +177,15 @@ func generate(seed uint64) *caseSpec {
 		c.blocks = append(c.blocks, block{where: "inner", keys: second()})
 	}
 	switch c.shape {
-	case shapeHandleErrors, shapeIntercept, shapeHandleResponse:
+	case shapeHandleErrors, shapeSubrouteErrors, shapeIntercept, shapeHandleResponse:
 		if r.IntN(2) == 0 {
 			c.blocks = append(c.blocks, block{where: "error", keys: second()})
 		}
+	}
+	// Now and then a dry-run block around an enforcing one (a site-wide rollout and a
+	// route's own lock): the enforcing block's promise must hold whatever the outer does.
+	if len(c.blocks) > 1 && !c.lock.dryRun && r.IntN(4) == 0 {
+		c.blocks[0].dryRun = true
 	}
 
 	n := 2 + r.IntN(3)

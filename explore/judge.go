@@ -64,8 +64,34 @@ const (
 // modelKeys is what a piece of work must be done under: the keys of every block around
 // it, by the judge's own reading of the route.
 func (c *caseSpec) modelKeys(q request, role string) []string {
+	return c.keysOf(q, role, false)
+}
+
+// enforcedKeys are the model keys some enforcing (not dry-run) block names: those the
+// work must truly be done under.
+func (c *caseSpec) enforcedKeys(q request, role string) []string {
+	if c.lock.dryRun {
+		return nil
+	}
+	return c.keysOf(q, role, true)
+}
+
+// anyDry reports whether some block of the case is a dry run.
+func (c *caseSpec) anyDry() bool {
+	for _, b := range c.blocks {
+		if b.dryRun || c.lock.dryRun {
+			return true
+		}
+	}
+	return false
+}
+
+func (c *caseSpec) keysOf(q request, role string, enforcedOnly bool) []string {
 	var keys []string
 	for _, b := range c.blocks {
+		if enforcedOnly && b.dryRun {
+			continue
+		}
 		switch b.where {
 		case "outer":
 		case "inner":
@@ -118,15 +144,15 @@ func (c *caseSpec) lossAt(q request, works []work, f faults) (at time.Time, exte
 	if first.IsZero() {
 		return time.Time{}, false
 	}
-	if !f.forceDone.IsZero() && first.Before(f.forceStart) && slices.Contains(c.modelKeys(q, "work"), f.forceKey) {
+	if !f.forceDone.IsZero() && first.Before(f.forceStart) && slices.Contains(c.enforcedKeys(q, "work"), f.forceKey) {
 		at, external = f.forceDone, true
 	}
-	if !f.pauseStart.IsZero() && first.Before(f.pauseStart) {
+	if !f.pauseStart.IsZero() && first.Before(f.pauseStart) && len(c.enforcedKeys(q, "work")) > 0 {
 		if t := f.pauseStart.Add(caseTTL); at.IsZero() || t.Before(at) {
 			at, external = t, true
 		}
 	}
-	if c.lock.maxHold {
+	if c.lock.maxHold && len(c.enforcedKeys(q, "work")) > 0 {
 		if t := first.Add(maxHoldTime); at.IsZero() || t.Before(at) {
 			at, external = t, false
 		}
@@ -173,7 +199,7 @@ func (c *caseSpec) judge(works []work, outs []outcome, f faults, leftLocks, left
 			if at, ext := c.lossAt(q, works, f); ext && stopped && !f.forceStart.IsZero() && to.After(f.forceStart) && at == f.forceDone {
 				to = f.forceStart
 			}
-			for _, k := range c.modelKeys(q, w.role) {
+			for _, k := range c.enforcedKeys(q, w.role) {
 				byKey[k] = append(byKey[k], span{w, w.start, to, c.holder(q)})
 			}
 		}
@@ -218,7 +244,7 @@ func (c *caseSpec) judge(works []work, outs []outcome, f faults, leftLocks, left
 	}
 
 	// Tokens.
-	if c.lock.fencing && !c.lock.dryRun && !f.bypassed {
+	if c.lock.fencing && !c.anyDry() && !f.bypassed {
 		sorted := slices.Clone(works)
 		sort.SliceStable(sorted, func(i, j int) bool { return sorted[i].start.Before(sorted[j].start) })
 		best := map[string]struct {

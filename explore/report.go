@@ -35,6 +35,9 @@ func (r result) report(out io.Writer) {
 	fmt.Fprintf(&b, "blocks:")
 	for _, bl := range c.blocks {
 		fmt.Fprintf(&b, " %s[%s]", bl.where, bl.keys)
+		if bl.dryRun {
+			b.WriteString("(dry_run)")
+		}
 	}
 	fmt.Fprintf(&b, "\nrequests:\n")
 	for _, q := range c.reqs {

@@ -41,6 +41,9 @@ func (w *world) runBatch(cases []*caseSpec, generation *int) []result {
 	}
 	cfg, err := adapt(cf)
 	if err == nil {
+		cfg, err = patchJSON(cfg, cases, w.ports)
+	}
+	if err == nil {
 		err = w.load(cfg)
 	}
 	if err != nil {
@@ -72,7 +75,7 @@ func (w *world) runBatch(cases []*caseSpec, generation *int) []result {
 				mu.Unlock()
 			})
 		}
-		all.Go(func() { w.playEnding(c, epoch, &fs[i], &mu, cf, generation) })
+		all.Go(func() { w.playEnding(c, cases, epoch, &fs[i], &mu, cf, generation) })
 	}
 	all.Wait()
 
@@ -162,7 +165,7 @@ func laneOf(key string) string {
 }
 
 // playEnding plays c's ending at its moment.
-func (w *world) playEnding(c *caseSpec, epoch time.Time, f *faults, mu *sync.Mutex, cf string, generation *int) {
+func (w *world) playEnding(c *caseSpec, cases []*caseSpec, epoch time.Time, f *faults, mu *sync.Mutex, cf string, generation *int) {
 	first := c.reqs[0].id
 	working := func() bool {
 		for _, wk := range w.up.snapshot() {
@@ -198,6 +201,9 @@ func (w *world) playEnding(c *caseSpec, epoch time.Time, f *faults, mu *sync.Mut
 		g := *generation
 		mu.Unlock()
 		cfg, err := adapt(strings.ReplaceAll(cf, fmt.Sprintf("X-Generation %d", g-1), fmt.Sprintf("X-Generation %d", g)))
+		if err == nil {
+			cfg, err = patchJSON(cfg, cases, w.ports)
+		}
 		if err == nil {
 			_ = w.load(cfg)
 		}
