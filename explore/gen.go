@@ -260,6 +260,7 @@ func (c *caseSpec) fixRequests(r *rand.Rand) {
 		c.target = c.keyOf(c.blocks[0].keys, q.keyID)[0]
 		if c.ending == endBodyAfter {
 			q.client, q.method = "slowbody", "POST"
+			c.faultAt = time.Duration(250+r.IntN(300)) * time.Millisecond // the body takes 900 ms
 		}
 		if c.ending == endOutage {
 			q.work = "d=1800ms,stream"

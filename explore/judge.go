@@ -14,8 +14,9 @@ package main
 //     already accepted for the key from another request (exclusive modes).
 //   - after a loss: no work of a request starts after its lock was surely lost (a force
 //     release returned, max_hold ran out, a majority was paused a ttl ago, Caddy stopped),
-//     attentive work does not go on past it, and no byte written after it reaches the
-//     client (a response answered as if whole after a loss is one of those).
+//     attentive work does not go on past it, the upstream gets no rest of a request
+//     body after it, and no byte written after it reaches the client (a response
+//     answered as if whole after a loss is one of those).
 //   - dry run: never refused (423/503), never cut by a loss.
 //   - held: after the case no request of it waits or holds in /redlock/locks, no lock key
 //     of it stays on the nodes (a drain's ttl and a margin allowed).
@@ -39,6 +40,7 @@ const (
 type faults struct {
 	forceStart, forceDone time.Time // the force release call (zero: none)
 	forceKey              string
+	firstHeld             bool      // the case's first request held its key as the force came (/redlock/locks)
 	pauseStart, pauseEnd  time.Time // the majority outage
 	stopAt                time.Time
 	reloadAt              time.Time
@@ -141,18 +143,19 @@ func (c *caseSpec) lossAt(q request, works []work, f faults) (at time.Time, exte
 			first = w.start
 		}
 	}
-	if first.IsZero() {
+	heldAtForce := (!first.IsZero() && first.Before(f.forceStart)) || (f.firstHeld && q.id == c.reqs[0].id)
+	if first.IsZero() && !heldAtForce {
 		return time.Time{}, false
 	}
-	if !f.forceDone.IsZero() && first.Before(f.forceStart) && slices.Contains(c.enforcedKeys(q, "work"), f.forceKey) {
+	if !f.forceDone.IsZero() && heldAtForce && slices.Contains(c.enforcedKeys(q, "work"), f.forceKey) {
 		at, external = f.forceDone, true
 	}
-	if !f.pauseStart.IsZero() && first.Before(f.pauseStart) && len(c.enforcedKeys(q, "work")) > 0 {
+	if !f.pauseStart.IsZero() && !first.IsZero() && first.Before(f.pauseStart) && len(c.enforcedKeys(q, "work")) > 0 {
 		if t := f.pauseStart.Add(caseTTL); at.IsZero() || t.Before(at) {
 			at, external = t, true
 		}
 	}
-	if c.lock.maxHold && len(c.enforcedKeys(q, "work")) > 0 {
+	if c.lock.maxHold && !first.IsZero() && len(c.enforcedKeys(q, "work")) > 0 {
 		if t := first.Add(maxHoldTime); at.IsZero() || t.Before(at) {
 			at, external = t, false
 		}
@@ -289,6 +292,9 @@ func (c *caseSpec) judge(works []work, outs []outcome, f faults, leftLocks, left
 					}
 					if w.start.After(at.Add(slackStart)) {
 						v.add("after loss: %s started %s after its lock was surely lost", describe(w), ms(w.start.Sub(at)))
+					}
+					if !w.bodyEnd.IsZero() && w.start.Before(at) && w.bodyEnd.After(at.Add(slackCancel)) && !(avoidIssue38 && w.via == "fcgi") {
+						v.add("after loss: %s got the rest of its request body %s after its lock was lost", describe(w), ms(w.bodyEnd.Sub(at)))
 					}
 					if !w.spec.deaf && w.via != "fcgi" && !(avoidIssue38 && errorRole(w.role)) && w.start.Before(at) && end(w).After(at.Add(slackCancel)) && !c.lock.maxHold {
 						v.add("after loss: attentive %s went on %s after its lock was lost", describe(w), ms(end(w).Sub(at)))

@@ -7,6 +7,8 @@
 //	EXPLORE_FIRST=n     the first seed (default: from the clock); cases are n, n+1, ...
 //	EXPLORE_BATCH=k     cases run at once in one config (default 3)
 //	EXPLORE_VERBOSE=1   a line per case
+//	EXPLORE_SHOW=1      every case's report (with a replay: what the case did)
+//	EXPLORE_STOP=1      end after the first batch with a violation (the revert table)
 //	EXPLORE_AVOID=issue38  inner and error-route blocks take keys apart from the
 //	                    outer block's (leaves out issue 38's open holes; see docs/explore.md)
 //

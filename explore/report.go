@@ -20,7 +20,11 @@ func (r result) report(out io.Writer) {
 		return fmt.Sprintf("+%dms", t.Sub(r.epoch).Milliseconds())
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "\n=== VIOLATION seed=%d (case %s: shape %s, ending %s, mode %s", c.seed, c.lane, c.shape, c.ending, c.lock.mode)
+	head := "VIOLATION"
+	if len(r.v.violations) == 0 {
+		head = "CASE"
+	}
+	fmt.Fprintf(&b, "\n=== %s seed=%d (case %s: shape %s, ending %s, mode %s", head, c.seed, c.lane, c.shape, c.ending, c.lock.mode)
 	if c.lock.mode == modeLimit {
 		fmt.Fprintf(&b, " %d", c.lock.limit)
 	}

@@ -177,12 +177,23 @@ func (w *world) playEnding(c *caseSpec, cases []*caseSpec, epoch time.Time, f *f
 	}
 	switch c.ending {
 	case endForce, endBodyAfter:
-		waitFor(2*time.Second, working)
+		if c.ending == endForce {
+			waitFor(2*time.Second, working)
+		}
+		// A body still arriving: the loss strikes in its middle (an application behind
+		// FastCGI starts only once its stdin is complete).
 		time.Sleep(time.Until(epoch.Add(c.faultAt)))
+		// Whether the first request holds its key as the force comes, by Caddy's account
+		// (its work may not have reached the upstream yet).
+		held := false
+		ls, _ := w.locks()
+		for _, l := range ls {
+			held = held || (l.State == "held" && l.URI == c.reqs[0].path(c.lane) && l.Method == c.reqs[0].method)
+		}
 		start := time.Now()
 		err := w.forceRelease(c.target)
 		mu.Lock()
-		f.forceStart, f.forceDone, f.forceKey = start, time.Now(), c.target
+		f.forceStart, f.forceDone, f.forceKey, f.firstHeld = start, time.Now(), c.target, held
 		mu.Unlock()
 		_ = err // a force release that did not reach a quorum: judged the same (the key may stand)
 	case endOutage:

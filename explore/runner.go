@@ -21,6 +21,7 @@ type options struct {
 	first   uint64
 	batch   int
 	verbose bool
+	show    bool // EXPLORE_SHOW=1: every case's report, violations or not
 	stop    bool // EXPLORE_STOP=1: end after the first batch with a violation (the revert table)
 }
 
@@ -48,6 +49,7 @@ func optionsFromEnv() options {
 	}
 	o.verbose = os.Getenv("EXPLORE_VERBOSE") != ""
 	o.stop = os.Getenv("EXPLORE_STOP") == "1"
+	o.show = os.Getenv("EXPLORE_SHOW") == "1"
 	avoidIssue38 = os.Getenv("EXPLORE_AVOID") == "issue38"
 	return o
 }
@@ -111,6 +113,8 @@ func run(out io.Writer, o options) int {
 					firstFound = time.Since(start)
 				}
 				failed = append(failed, r.c.seed)
+				r.report(out)
+			} else if o.show {
 				r.report(out)
 			}
 		}

@@ -83,6 +83,7 @@ type work struct {
 	done      bool
 	how       string
 	chunks    []time.Time // when each chunk was written (chunk i carries i)
+	bodyEnd   time.Time   // when the request body was read to its end (zero: no body, or it broke off)
 }
 
 // ledger is the upstream and its log.
@@ -247,7 +248,11 @@ func (l *ledger) serve(w http.ResponseWriter, r *http.Request, via string) {
 	if r.ContentLength != 0 && r.Body != nil {
 		// Read the body as it comes (slow bodies); net/http/fcgi shares one reader among
 		// bodiless requests, hence the length check.
-		_, _ = io.Copy(io.Discard, r.Body)
+		if _, err := io.Copy(io.Discard, r.Body); err == nil {
+			l.mu.Lock()
+			wk.bodyEnd = time.Now()
+			l.mu.Unlock()
+		}
 	}
 	rc := http.NewResponseController(w)
 	write := func(s string) error {

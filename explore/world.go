@@ -168,9 +168,10 @@ func (w *world) forceRelease(key string) error {
 
 // heldLock is an entry of GET /redlock/locks.
 type heldLock struct {
-	Key   string `json:"key"`
-	State string `json:"state"`
-	URI   string `json:"uri"`
+	Key    string `json:"key"`
+	State  string `json:"state"`
+	URI    string `json:"uri"`
+	Method string `json:"method"`
 }
 
 // locks lists this Caddy's requests that wait for or hold a lock.
