@@ -218,7 +218,8 @@ func (c *caseSpec) judge(works []work, outs []outcome, f faults, leftLocks, left
 				}
 				bad := ""
 				for _, b := range with {
-					if a.kind == holdExclusive || b.kind == holdExclusive {
+					if (a.kind == holdExclusive || b.kind == holdExclusive) && a.w.start.Before(b.w.start) {
+						// Each pair once: from the one that started first.
 						bad = fmt.Sprintf("%s (%s) and %s (%s)", describe(a.w), kindName(a.kind), describe(b.w), kindName(b.kind))
 						break
 					}
