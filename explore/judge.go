@@ -218,7 +218,7 @@ func (c *caseSpec) judge(works []work, outs []outcome, f faults, leftLocks, left
 				}
 				bad := ""
 				for _, b := range with {
-					if (a.kind == holdExclusive || b.kind == holdExclusive) && a.w.start.Before(b.w.start) {
+					if (a.kind == holdExclusive || b.kind == holdExclusive) && (a.w.start.Before(b.w.start) || (a.w.start.Equal(b.w.start) && a.w.req < b.w.req)) {
 						// Each pair once: from the one that started first.
 						bad = fmt.Sprintf("%s (%s) and %s (%s)", describe(a.w), kindName(a.kind), describe(b.w), kindName(b.kind))
 						break
