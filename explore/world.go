@@ -124,11 +124,10 @@ func (w *world) close() {
 
 // adapt turns a Caddyfile into JSON.
 func adapt(cf string) ([]byte, error) {
-	out, warn, err := caddyconfig.GetAdapter("caddyfile").Adapt([]byte(cf), nil)
+	out, _, err := caddyconfig.GetAdapter("caddyfile").Adapt([]byte(cf), nil)
 	if err != nil {
 		return nil, fmt.Errorf("adapting the Caddyfile: %w", err)
 	}
-	_ = warn
 	return out, nil
 }
 
@@ -138,9 +137,6 @@ func (w *world) load(cfg []byte) error {
 		return fmt.Errorf("loading the config: %w", err)
 	}
 	w.running = true
-	for _, p := range w.ports {
-		_ = p
-	}
 	return nil
 }
 
