@@ -34,6 +34,9 @@ const (
 	slackStart  = 30 * time.Millisecond  // a piece of work arriving just as the loss was known
 	slackBytes  = 40 * time.Millisecond  // a chunk written as the loss struck
 	slackCancel = 300 * time.Millisecond // a cancellation reaching the upstream on a loaded box
+	// slackTimer is the slack of a loss a timer strikes (max_hold): on a loaded two-core
+	// box a timer fires that late (a force release is known when its call returns).
+	slackTimer = 300 * time.Millisecond
 )
 
 // faults is what happened to a case (its own ending, and its batch's global faults).
@@ -135,8 +138,17 @@ func (c *caseSpec) request(id string) (request, bool) {
 }
 
 // lossAt is when q's lock was surely lost (zero: never), and whether the key was taken
-// from under it (external: the allowance of the exclusion rule).
+// from under it (external: the allowance of the exclusion rule). A loss a timer strikes
+// (max_hold) is given slackTimer more.
 func (c *caseSpec) lossAt(q request, works []work, f faults) (at time.Time, external bool) {
+	at, external, timer := c.lossAtTimer(q, works, f)
+	if timer {
+		at = at.Add(slackTimer)
+	}
+	return at, external
+}
+
+func (c *caseSpec) lossAtTimer(q request, works []work, f faults) (at time.Time, external, timer bool) {
 	first := time.Time{}
 	for _, w := range works {
 		if w.req == q.id && (first.IsZero() || w.start.Before(first)) {
@@ -145,22 +157,22 @@ func (c *caseSpec) lossAt(q request, works []work, f faults) (at time.Time, exte
 	}
 	heldAtForce := (!first.IsZero() && first.Before(f.forceStart)) || (f.firstHeld && q.id == c.reqs[0].id)
 	if first.IsZero() && !heldAtForce {
-		return time.Time{}, false
+		return time.Time{}, false, false
 	}
 	if !f.forceDone.IsZero() && heldAtForce && slices.Contains(c.enforcedKeys(q, "work"), f.forceKey) {
 		at, external = f.forceDone, true
 	}
 	if !f.pauseStart.IsZero() && !first.IsZero() && first.Before(f.pauseStart) && len(c.enforcedKeys(q, "work")) > 0 {
 		if t := f.pauseStart.Add(caseTTL); at.IsZero() || t.Before(at) {
-			at, external = t, true
+			at, external, timer = t, true, true // the validity's timer cuts
 		}
 	}
 	if c.lock.maxHold && !first.IsZero() && len(c.enforcedKeys(q, "work")) > 0 {
 		if t := first.Add(maxHoldTime); at.IsZero() || t.Before(at) {
-			at, external = t, false
+			at, external, timer = t, false, true
 		}
 	}
-	return at, external
+	return at, external, timer
 }
 
 // judge judges one case.
