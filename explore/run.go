@@ -53,6 +53,9 @@ func (w *world) runBatch(cases []*caseSpec, generation *int) []result {
 		return results
 	}
 	w.up.reset()
+	// No connection of the last batch's: an idle one (h2c above all) may still reach the
+	// server of the config before, whose handlers were cleaned up (503, shutting down).
+	w.clients.close()
 	baseG := rootGoroutines()
 	epoch := time.Now()
 	fs := make([]faults, len(cases))
