@@ -168,8 +168,10 @@ func (c *caseSpec) site(e *env, port int, generation int) string {
 		route += proxy(up, "work", timeout())
 		after = "handle_errors 502 504 {\n" + indent(c.errorRoute(e, "error", "d=120ms,stream"), "\t") + "}\n"
 	case shapeIntercept:
-		route += "intercept {\n\t@failed status 5xx\n\thandle_response @failed {\n" +
-			indent(c.errorRoute(e, "intercept", "d=120ms,stream"), "\t\t") + "\t}\n}\n"
+		// intercept around the lock (as Caddy's directive order puts it in a site; in a
+		// route the written order counts): its routes run once the handler has returned.
+		route = "intercept {\n\t@failed status 5xx\n\thandle_response @failed {\n" +
+			indent(c.errorRoute(e, "intercept", "d=120ms,stream"), "\t\t") + "\t}\n}\n" + route
 		route += proxy(up, "work", "header_up X-Work \"{http.request.header.X-Work},fail500\"", timeout())
 	case shapeTemplates:
 		// The client's page includes <path>/inc: a virtual request through the locked
