@@ -210,7 +210,9 @@ func (c *caseSpec) judge(works []work, outs []outcome, f faults, leftLocks, left
 			to := end(w)
 			// A FastCGI application is not stopped by a loss (Caddy's transport ignores the
 			// request's context once dialled; docs/safety.md): only its input and output are.
-			stopped := w.how == endCancelled || w.via == "fcgi" || (avoidIssue38 && errorRole(w.role))
+			// With EXPLORE_AVOID=issue38, an error route running as the loss struck is not
+			// asked to stop (issue 38 rule 1); one that starts after it is judged in full.
+			stopped := w.how == endCancelled || w.via == "fcgi" || (avoidIssue38 && errorRole(w.role) && w.start.Before(f.forceStart))
 			if at, ext := c.lossAt(q, works, f); ext && stopped && !f.forceStart.IsZero() && to.After(f.forceStart) && at == f.forceDone {
 				to = f.forceStart
 			}
