@@ -17,6 +17,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
@@ -41,7 +42,7 @@ type world struct {
 	up      *ledger
 	clients *clients
 	ports   []int // the sites' ports, one per case of a batch
-	running bool  // Caddy runs a config
+	running atomic.Bool // Caddy runs a config (the endings of one batch's cases run at once)
 	dead    net.Listener
 }
 
@@ -102,9 +103,8 @@ func freePort() int {
 }
 
 func (w *world) close() {
-	if w.running {
+	if w.running.Swap(false) {
 		_ = caddy.Stop()
-		w.running = false
 	}
 	if w.up != nil {
 		w.up.close()
@@ -136,13 +136,13 @@ func (w *world) load(cfg []byte) error {
 	if err := caddy.Load(cfg, true); err != nil {
 		return fmt.Errorf("loading the config: %w", err)
 	}
-	w.running = true
+	w.running.Store(true)
 	return nil
 }
 
 // stop stops Caddy (the stop ending).
 func (w *world) stop() error {
-	w.running = false
+	w.running.Store(false)
 	return caddy.Stop()
 }
 
@@ -172,7 +172,7 @@ type heldLock struct {
 
 // locks lists this Caddy's requests that wait for or hold a lock.
 func (w *world) locks() ([]heldLock, error) {
-	if !w.running {
+	if !w.running.Load() {
 		return nil, nil
 	}
 	c := &http.Client{Timeout: 5 * time.Second}
