@@ -41,7 +41,7 @@ type world struct {
 	rdb     []*redis.Client
 	up      *ledger
 	clients *clients
-	ports   []int // the sites' ports, one per case of a batch
+	ports   []int       // the sites' ports, one per case of a batch
 	running atomic.Bool // Caddy runs a config (the endings of one batch's cases run at once)
 	dead    net.Listener
 }
