@@ -1,7 +1,7 @@
 # The README and docs/ name these targets; keep them in sync.
 GO ?= go
 
-.PHONY: test deps vet fuzz-short build demo demo-check bench bench-lib sim
+.PHONY: test deps vet fuzz-short build demo demo-check bench bench-lib sim explore
 
 ## test: what CI runs: formatting, vet (all three modules), the race-enabled test suite,
 ## short fuzz runs and the short chaos suite.
@@ -76,3 +76,13 @@ chaos-short:
 sim:
 	@$(GO) build -o bin/simrun ./redlock/internal/sim/simrun
 	@bin/simrun
+
+## explore: the explorer of Caddy route compositions (explore/, docs/explore.md): seeded
+## cases (a route tree around redlock blocks, concurrent requests, an ending or fault) run
+## against one in-process Caddy and five redis-servers for EXPLORE_TIME (default 5m),
+## each judged from the upstream's work log; non-zero exit on any violation; the last line
+## is the summary (EXPLORE cases=N violations=V failed_seeds=S ...). EXPLORE_SEED=n
+## replays one case.
+explore:
+	@$(GO) build -o bin/explore ./explore
+	@bin/explore

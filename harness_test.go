@@ -41,7 +41,8 @@ import (
 // startCaddyProc, with the same Caddyfile), real HTTP, and real redis-server processes.
 
 // caddyBinary builds cmd/caddy once, on first use (the multi-instance, CLI and process
-// tests), so that a run of other tests does not pay for the build.
+// tests), so that a run of other tests does not pay for the build. With -short it skips
+// the test: every test of a cmd/caddy process passes here.
 var (
 	buildDir   string
 	buildOnce  sync.Once
@@ -51,6 +52,11 @@ var (
 
 func caddyBinary(t testing.TB) string {
 	t.Helper()
+	if testing.Short() {
+		// A build of cmd/caddy (15-20 s on a loaded two-core box) and a process per
+		// instance: make test runs these, the inner loop does not.
+		t.Skip("runs cmd/caddy processes: skipped with -short (make test runs it)")
+	}
 	buildOnce.Do(func() {
 		builtCaddy = filepath.Join(buildDir, "caddy")
 		build := exec.Command("go", "build", "-o", builtCaddy, "./cmd/caddy")
@@ -252,6 +258,7 @@ type caddyProc struct {
 // its environment, until the test ends (SIGTERM, then SIGKILL after 15 s).
 func startCaddyProc(t *testing.T, body string, env ...string) *caddyProc {
 	t.Helper()
+	bin := caddyBinary(t) // first: with -short it skips before anything is opened
 	dir := t.TempDir()
 	p := &caddyProc{site: newSite(t), stdout: filepath.Join(dir, "stdout"), stderr: filepath.Join(dir, "stderr")}
 	file := filepath.Join(dir, "Caddyfile")
@@ -267,7 +274,7 @@ func startCaddyProc(t *testing.T, body string, env ...string) *caddyProc {
 		outf.Close()
 		t.Fatal(err)
 	}
-	p.cmd = exec.Command(caddyBinary(t), "run", "--config", file, "--adapter", "caddyfile")
+	p.cmd = exec.Command(bin, "run", "--config", file, "--adapter", "caddyfile")
 	p.cmd.Stdout, p.cmd.Stderr = outf, errf
 	p.cmd.Env = append(append(os.Environ(), "XDG_CONFIG_HOME="+dir, "XDG_DATA_HOME="+dir), env...)
 	exited, err := childproc.Fork(p.cmd, func(error) { // dies with the test binary

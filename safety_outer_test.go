@@ -24,6 +24,7 @@ import (
 // request again (a fallback) once redlock's ServeHTTP has returned. Request 2 of the key
 // queues meanwhile and must not reach the upstream before the fallback is done.
 func TestInterceptRoutesRunUnderTheLock(t *testing.T) {
+	skipShort(t) // 3-7 s; make explore's intercept, handleerrors and handleresponse shapes search the same ground
 	servers := redistest.StartN(t, 3)
 	wl := newWorkLog()
 	up := serveOn(t, func(w http.ResponseWriter, r *http.Request) {
@@ -137,6 +138,7 @@ func TestHandleErrorsRunUnderTheLock(t *testing.T) {
 // (deaf to its closed connection) may still be at work. The locks drain after routes
 // Caddy ran past the handler, so request 2 of the key must not overlap it.
 func TestClientGoneDuringErrorRouteDrains(t *testing.T) {
+	skipShort(t) // 3-7 s; make explore's intercept, handleerrors and handleresponse shapes search the same ground
 	servers := redistest.StartN(t, 3)
 	wl := newWorkLog()
 	up := serveOn(t, func(w http.ResponseWriter, r *http.Request) {
@@ -183,6 +185,7 @@ func TestClientGoneDuringErrorRouteDrains(t *testing.T) {
 // again (a fallback). The client gives up while the fallback runs; the fallback's
 // upstream is still at work, and request 2 must not overlap it.
 func TestClientGoneDuringInterceptRouteDrains(t *testing.T) {
+	skipShort(t) // 3-7 s; make explore's intercept, handleerrors and handleresponse shapes search the same ground
 	servers := redistest.StartN(t, 3)
 	wl := newWorkLog()
 	up := serveOn(t, func(w http.ResponseWriter, r *http.Request) {
@@ -295,6 +298,7 @@ func TestVirtualRequestErrorRouteDrains(t *testing.T) {
 // runs after the loss. Request 2 of the key, through another instance, gets the key
 // once its validity ends and must overlap nothing.
 func TestLostLockCutsInterceptRoutes(t *testing.T) {
+	skipShort(t) // 3-7 s; make explore's intercept, handleerrors and handleresponse shapes search the same ground
 	servers := redistest.StartN(t, 3)
 	wl := newWorkLog()
 	up := serveOn(t, func(w http.ResponseWriter, r *http.Request) {

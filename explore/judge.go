@@ -1,0 +1,391 @@
+package main
+
+// The judge: a case's work log, its clients' outcomes and its faults against the lock's
+// promises. Every rule is judged from the order of events on this process's clock, with
+// small allowances for what a cancellation takes to travel (slack*).
+//
+//   - exclusion: two pieces of work of different requests on one key (the keys the
+//     request must hold, by the judge's own model of the route: modelKeys) that their
+//     modes forbid at once: exclusive with anything, a writer with readers, more than n
+//     under limit n. Work counts from its arrival to its end by the upstream's account,
+//     work after the client or Caddy gave up included. Allowance: attentive work of a
+//     request whose key was taken from under it (force release) counts until the fault.
+//   - tokens: with fencing, locked work carries a token, and none below one the upstream
+//     already accepted for the key from another request (exclusive modes).
+//   - after a loss: no work of a request starts after its lock was surely lost (a force
+//     release returned, max_hold ran out, a majority was paused a ttl ago, Caddy stopped),
+//     attentive work does not go on past it, the upstream gets no rest of a request
+//     body after it, and no byte written after it reaches the client (a response
+//     answered as if whole after a loss is one of those).
+//   - dry run: never refused (423/503), never cut by a loss.
+//   - held: after the case no request of it waits or holds in /redlock/locks, no lock key
+//     of it stays on the nodes (a drain's ttl and a margin allowed).
+
+import (
+	"fmt"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+)
+
+const (
+	slackStart  = 30 * time.Millisecond  // a piece of work arriving just as the loss was known
+	slackBytes  = 40 * time.Millisecond  // a chunk written as the loss struck
+	slackCancel = 300 * time.Millisecond // a cancellation reaching the upstream on a loaded box
+	// slackTimer is the slack of a loss a timer strikes (max_hold): on a loaded two-core
+	// box a timer fires that late (a force release is known when its call returns).
+	slackTimer = 300 * time.Millisecond
+)
+
+// faults is what happened to a case (its own ending, and its batch's global faults).
+type faults struct {
+	forceStart, forceDone time.Time // the force release call (zero: none)
+	forceKey              string
+	firstHeld             bool      // the case's first request held its key as the force came (/redlock/locks)
+	pauseStart, pauseEnd  time.Time // the majority outage
+	stopAt                time.Time
+	reloadAt              time.Time
+	bypassed              bool // a block with on_unavailable bypass met the outage
+}
+
+// verdict is a case's judgement.
+type verdict struct {
+	violations []string
+}
+
+func (v *verdict) add(f string, a ...any) { v.violations = append(v.violations, fmt.Sprintf(f, a...)) }
+
+// holderKind is how a request holds a key.
+type holderKind int
+
+const (
+	holdExclusive holderKind = iota
+	holdReader
+	holdLimited
+)
+
+// modelKeys is what a piece of work must be done under: the keys of every block around
+// it, by the judge's own reading of the route.
+func (c *caseSpec) modelKeys(q request, role string) []string {
+	return c.keysOf(q, role, false)
+}
+
+// enforcedKeys are the model keys some enforcing (not dry-run) block names: those the
+// work must truly be done under.
+func (c *caseSpec) enforcedKeys(q request, role string) []string {
+	if c.lock.dryRun {
+		return nil
+	}
+	return c.keysOf(q, role, true)
+}
+
+// anyDry reports whether some block of the case is a dry run.
+func (c *caseSpec) anyDry() bool {
+	for _, b := range c.blocks {
+		if b.dryRun || c.lock.dryRun {
+			return true
+		}
+	}
+	return false
+}
+
+func (c *caseSpec) keysOf(q request, role string, enforcedOnly bool) []string {
+	var keys []string
+	for _, b := range c.blocks {
+		if enforcedOnly && b.dryRun {
+			continue
+		}
+		switch b.where {
+		case "outer":
+		case "inner":
+		case "error":
+			if !(role == "error" || role == "intercept" || (c.shape == shapeHandleResponse && role == "work")) {
+				continue
+			}
+		}
+		for _, k := range c.keyOf(b.keys, q.keyID) {
+			if !slices.Contains(keys, k) {
+				keys = append(keys, k)
+			}
+		}
+	}
+	return keys
+}
+
+func (c *caseSpec) holder(q request) holderKind {
+	method := q.method
+	if c.shape == shapeTemplates {
+		method = "GET" // the virtual request httpInclude makes
+	}
+	switch {
+	case c.lock.mode == modeShared && method == "GET":
+		return holdReader
+	case c.lock.mode == modeLimit:
+		return holdLimited
+	}
+	return holdExclusive
+}
+
+func (c *caseSpec) request(id string) (request, bool) {
+	for _, q := range c.reqs {
+		if q.id == id {
+			return q, true
+		}
+	}
+	return request{}, false
+}
+
+// lossAt is when q's lock was surely lost (zero: never), and whether the key was taken
+// from under it (external: the allowance of the exclusion rule). A loss a timer strikes
+// (max_hold) is given slackTimer more.
+func (c *caseSpec) lossAt(q request, works []work, f faults) (at time.Time, external bool) {
+	at, external, timer := c.lossAtTimer(q, works, f)
+	if timer {
+		at = at.Add(slackTimer)
+	}
+	return at, external
+}
+
+func (c *caseSpec) lossAtTimer(q request, works []work, f faults) (at time.Time, external, timer bool) {
+	first := time.Time{}
+	for _, w := range works {
+		if w.req == q.id && (first.IsZero() || w.start.Before(first)) {
+			first = w.start
+		}
+	}
+	heldAtForce := (!first.IsZero() && first.Before(f.forceStart)) || (f.firstHeld && q.id == c.reqs[0].id)
+	if first.IsZero() && !heldAtForce {
+		return time.Time{}, false, false
+	}
+	if !f.forceDone.IsZero() && heldAtForce && slices.Contains(c.enforcedKeys(q, "work"), f.forceKey) {
+		at, external = f.forceDone, true
+	}
+	if !f.pauseStart.IsZero() && !first.IsZero() && first.Before(f.pauseStart) && len(c.enforcedKeys(q, "work")) > 0 {
+		if t := f.pauseStart.Add(caseTTL); at.IsZero() || t.Before(at) {
+			at, external, timer = t, true, true // the validity's timer cuts
+		}
+	}
+	if c.lock.maxHold && !first.IsZero() && len(c.enforcedKeys(q, "work")) > 0 {
+		if t := first.Add(maxHoldTime); at.IsZero() || t.Before(at) {
+			at, external, timer = t, false, true
+		}
+	}
+	return at, external, timer
+}
+
+// judge judges one case.
+func (c *caseSpec) judge(works []work, outs []outcome, f faults, leftLocks, leftKeys []string) verdict {
+	var v verdict
+	end := func(w work) time.Time {
+		if w.done {
+			return w.end
+		}
+		return time.Now()
+	}
+	chunkAt := map[chunkRef]time.Time{}
+	for _, w := range works {
+		if avoidIssue38 && errorRole(w.role) {
+			continue // error routes run on Caddy's request, which a loss cannot cut yet (issue 38 rule 1)
+		}
+		for i, t := range w.chunks {
+			chunkAt[chunkRef{w.req, w.n, i}] = t
+		}
+	}
+
+	// Exclusion.
+	if !c.lock.dryRun && !f.bypassed {
+		type span struct {
+			w        work
+			from, to time.Time
+			kind     holderKind
+		}
+		byKey := map[string][]span{}
+		for _, w := range works {
+			q, ok := c.request(w.req)
+			if !ok {
+				continue
+			}
+			to := end(w)
+			// A FastCGI application is not stopped by a loss (Caddy's transport ignores the
+			// request's context once dialled; docs/safety.md): only its input and output are.
+			// With EXPLORE_AVOID=issue38, an error route running as the loss struck is not
+			// asked to stop (issue 38 rule 1); one that starts after it is judged in full.
+			stopped := w.how == endCancelled || w.via == "fcgi" || (avoidIssue38 && errorRole(w.role) && w.start.Before(f.forceStart))
+			if at, ext := c.lossAt(q, works, f); ext && stopped && !f.forceStart.IsZero() && to.After(f.forceStart) && at == f.forceDone {
+				to = f.forceStart
+			}
+			for _, k := range c.enforcedKeys(q, w.role) {
+				byKey[k] = append(byKey[k], span{w, w.start, to, c.holder(q)})
+			}
+		}
+		for k, ss := range byKey {
+			reported := map[string]bool{}
+			for i, a := range ss {
+				// Those overlapping a, of other requests.
+				var with []span
+				for j, b := range ss {
+					if i != j && a.w.req != b.w.req && a.from.Before(b.to) && b.from.Before(a.to) {
+						with = append(with, b)
+					}
+				}
+				bad := ""
+				for _, b := range with {
+					if (a.kind == holdExclusive || b.kind == holdExclusive) && (a.w.start.Before(b.w.start) || (a.w.start.Equal(b.w.start) && a.w.req < b.w.req)) {
+						// Each pair once: from the one that started first.
+						bad = fmt.Sprintf("%s (%s) and %s (%s)", describe(a.w), kindName(a.kind), describe(b.w), kindName(b.kind))
+						break
+					}
+				}
+				if bad == "" && a.kind == holdLimited {
+					// More than n requests at the moment a started?
+					reqs := map[string]bool{a.w.req: true}
+					var who []string
+					for _, b := range with {
+						if !b.from.After(a.from) && b.to.After(a.from) && !reqs[b.w.req] {
+							reqs[b.w.req] = true
+							who = append(who, describe(b.w))
+						}
+					}
+					n := len(reqs)
+					if n > c.lock.limit {
+						bad = fmt.Sprintf("%s started while %d others held it under limit %d: %s", describe(a.w), n-1, c.lock.limit, strings.Join(who, ", "))
+					}
+				}
+				if bad != "" && !reported[bad] {
+					reported[bad] = true
+					v.add("exclusion: key %s: %s worked at once", k, bad)
+				}
+			}
+		}
+	}
+
+	// Tokens.
+	if c.lock.fencing && !c.anyDry() && !f.bypassed {
+		sorted := slices.Clone(works)
+		sort.SliceStable(sorted, func(i, j int) bool { return sorted[i].start.Before(sorted[j].start) })
+		best := map[string]struct {
+			tok int64
+			req string
+		}{}
+		for _, w := range sorted {
+			q, ok := c.request(w.req)
+			if !ok {
+				continue
+			}
+			if w.token == "" {
+				v.add("tokens: %s reached the fenced upstream without a fencing token", describe(w))
+				continue
+			}
+			if c.holder(q) != holdExclusive {
+				continue
+			}
+			keys := c.modelKeys(q, w.role)
+			for k, tok := range parseTokens(w.token, keys) {
+				if b, ok := best[k]; ok && tok < b.tok && b.req != w.req {
+					v.add("tokens: %s carried token %d for %s, below %d already accepted from %s", describe(w), tok, k, b.tok, b.req)
+				}
+				if b, ok := best[k]; !ok || tok > b.tok {
+					best[k] = struct {
+						tok int64
+						req string
+					}{tok, w.req}
+				}
+			}
+		}
+	}
+
+	// After a loss, and Caddy stopping.
+	if !c.lock.dryRun {
+		for _, q := range c.reqs {
+			at, _ := c.lossAt(q, works, f)
+			if !at.IsZero() {
+				for _, w := range works {
+					if w.req != q.id {
+						continue
+					}
+					if w.start.After(at.Add(slackStart)) {
+						v.add("after loss: %s started %s after its lock was surely lost", describe(w), ms(w.start.Sub(at)))
+					}
+					if !w.bodyEnd.IsZero() && w.start.Before(at) && w.bodyEnd.After(at.Add(slackCancel)) && !(avoidIssue38 && w.via == "fcgi") {
+						v.add("after loss: %s got the rest of its request body %s after its lock was lost", describe(w), ms(w.bodyEnd.Sub(at)))
+					}
+					if !w.spec.deaf && w.via != "fcgi" && !(avoidIssue38 && errorRole(w.role)) && w.start.Before(at) && end(w).After(at.Add(slackCancel)) && !c.lock.maxHold {
+						v.add("after loss: attentive %s went on %s after its lock was lost", describe(w), ms(end(w).Sub(at)))
+					}
+				}
+			}
+			for _, o := range outs {
+				if o.req != q.id || at.IsZero() {
+					continue
+				}
+				for _, ref := range o.chunks {
+					if t, ok := chunkAt[ref]; ok && t.After(at.Add(slackBytes)) {
+						v.add("after loss: %s's client got chunk %d of piece %d, written %s after the loss (whole: %v)", q.id, ref.i, ref.n, ms(t.Sub(at)), o.whole)
+						break
+					}
+				}
+			}
+		}
+	}
+
+	// Dry run.
+	if c.lock.dryRun {
+		for _, o := range outs {
+			if o.status == 423 || (o.status == 503 && c.ending != endFail) {
+				v.add("dry run: %s was refused with %d", o.req, o.status)
+			}
+			q, _ := c.request(o.req)
+			if q.id == c.reqs[0].id && (externalLoss(c.ending) || c.ending == endMaxHold) && f.stopAt.IsZero() && !o.aborted && o.status == 200 && !o.whole && c.shape != shapeTemplates {
+				v.add("dry run: %s was cut (a dry run never cuts): %s", o.req, o.err)
+			}
+		}
+	}
+
+	for _, l := range leftLocks {
+		v.add("held: after the case, /redlock/locks still lists %s", l)
+	}
+	for _, k := range leftKeys {
+		v.add("held: after the case, a lock key stays on a node: %s", k)
+	}
+	return v
+}
+
+// parseTokens reads a fencing header: "key=token,key=token" (keys percent-encoded), or
+// one bare token, which belongs to the only key when there is one.
+func parseTokens(h string, keys []string) map[string]int64 {
+	out := map[string]int64{}
+	if !strings.Contains(h, "=") {
+		if len(keys) == 1 {
+			if t, err := strconv.ParseInt(strings.TrimSpace(h), 10, 64); err == nil {
+				out[keys[0]] = t
+			}
+		}
+		return out
+	}
+	for p := range strings.SplitSeq(h, ",") {
+		k, t, ok := strings.Cut(strings.TrimSpace(p), "=")
+		if !ok {
+			continue
+		}
+		if n, err := strconv.ParseInt(t, 10, 64); err == nil {
+			k = strings.ReplaceAll(k, "%3A", ":")
+			out[k] = n
+		}
+	}
+	return out
+}
+
+func kindName(k holderKind) string {
+	return [...]string{"exclusive", "reader", "limited"}[k]
+}
+
+func describe(w work) string {
+	return fmt.Sprintf("%s/%s#%d", w.req, w.role, w.n)
+}
+
+func ms(d time.Duration) string { return fmt.Sprintf("%dms", d.Milliseconds()) }
+
+// errorRole: work an error route sent (handle_errors, intercept's handle_response).
+func errorRole(role string) bool { return role == "error" || role == "intercept" }
