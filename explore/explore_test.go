@@ -9,11 +9,8 @@ import (
 
 // TestExplore runs a few seconds of the explorer (go test ./... and -short alike): a
 // smoke test of the engine against real Caddy and redis-server; `make explore` is the
-// search. It leaves out the served-under path (EXPLORE_AVOID=issue38) while issue
-// 38's holes there are open.
+// search.
 func TestExplore(t *testing.T) {
-	avoidIssue38 = true
-	defer func() { avoidIssue38 = false }()
 	d := 8 * time.Second
 	if testing.Short() {
 		d = 4 * time.Second

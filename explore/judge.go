@@ -91,6 +91,27 @@ func (c *caseSpec) anyDry() bool {
 	return false
 }
 
+// enforcingEntry reports whether a /redlock/locks entry of q with key (its keys joined
+// by a space) is an enforcing block's: a dry-run block's hold promises nothing, and an
+// enforcing block behind it takes a lock of its own (issue 38's rule 2), fresh if the
+// dry-run lock was lost first.
+func (c *caseSpec) enforcingEntry(q request, key string) bool {
+	if c.lock.dryRun {
+		return false
+	}
+	entry := strings.Fields(key)
+	for _, b := range c.blocks {
+		if b.dryRun {
+			continue
+		}
+		ks := c.keyOf(b.keys, q.keyID)
+		if len(ks) == len(entry) && !slices.ContainsFunc(entry, func(k string) bool { return !slices.Contains(ks, k) }) {
+			return true
+		}
+	}
+	return !c.anyDry() // no dry-run block: every entry is an enforcing block's
+}
+
 func (c *caseSpec) keysOf(q request, role string, enforcedOnly bool) []string {
 	var keys []string
 	for _, b := range c.blocks {
@@ -149,9 +170,12 @@ func (c *caseSpec) lossAt(q request, works []work, f faults) (at time.Time, exte
 }
 
 func (c *caseSpec) lossAtTimer(q request, works []work, f faults) (at time.Time, external, timer bool) {
+	// The first work of q under an enforcing lock of the forced key (or of any key): work
+	// of a dry-run block's role holds nothing, and an enforcing block behind it takes a
+	// lock of its own, fresh if it comes after the force.
 	first := time.Time{}
 	for _, w := range works {
-		if w.req == q.id && (first.IsZero() || w.start.Before(first)) {
+		if w.req == q.id && len(c.enforcedKeys(q, w.role)) > 0 && (first.IsZero() || w.start.Before(first)) {
 			first = w.start
 		}
 	}

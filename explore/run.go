@@ -191,7 +191,8 @@ func (w *world) playEnding(c *caseSpec, cases []*caseSpec, epoch time.Time, f *f
 		held := false
 		ls, _ := w.locks()
 		for _, l := range ls {
-			held = held || (l.State == "held" && l.URI == c.reqs[0].path(c.lane) && l.Method == c.reqs[0].method)
+			held = held || (l.State == "held" && l.URI == c.reqs[0].path(c.lane) && l.Method == c.reqs[0].method &&
+				c.enforcingEntry(c.reqs[0], l.Key))
 		}
 		start := time.Now()
 		err := w.forceRelease(c.target)

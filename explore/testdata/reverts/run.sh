@@ -3,7 +3,7 @@
 #   bash explore/testdata/reverts/run.sh <name> [EXPLORE_TIME]
 # applies <name>.patch to a detached worktree of HEAD, builds the explorer there, runs it
 # from EXPLORE_FIRST (default 100000) until the first failing batch or the time is up
-# (default 5m), with EXPLORE_AVOID=issue38 unless EXPLORE_AVOID is set, and removes the
+# (default 5m), (EXPLORE_AVOID as set), and removes the
 # worktree. The last line is the summary (first_failure_after=...).
 set -euo pipefail
 name=$1
@@ -15,5 +15,5 @@ git -C "$root" worktree add --detach "$dir" HEAD >/dev/null 2>&1
 git -C "$dir" apply "$root/explore/testdata/reverts/$name.patch"
 (cd "$dir" && go build -o bin/explore ./explore)
 cd "$dir"
-EXPLORE_AVOID=${EXPLORE_AVOID-issue38} EXPLORE_STOP=${EXPLORE_STOP-1} EXPLORE_FIRST=${EXPLORE_FIRST:-100000} \
+EXPLORE_AVOID=${EXPLORE_AVOID-} EXPLORE_STOP=${EXPLORE_STOP-1} EXPLORE_FIRST=${EXPLORE_FIRST:-100000} \
 	EXPLORE_TIME=$t bin/explore
