@@ -159,7 +159,7 @@ func (h *Handler) serveLocked(ctx context.Context, w http.ResponseWriter, r *htt
 	}
 	setHeldList(r, e) // for the redlock blocks behind and in error routes (coverOf)
 	nextCtx := x.begin(ctx, w)
-	r.Body = x.watchBody(r.Body)                         // in place: error routes read the request's own body
+	r.Body = x.watchBody(r.Body) // in place: error routes read the request's own body
 	var settle func()
 	settle, e.unwatch = h.watchLock(r.Context(), l, e, r) // not ctx: it ends with ServeHTTP, before Caddy's error routes
 	err = next.ServeHTTP(x, r.WithContext(nextCtx))
