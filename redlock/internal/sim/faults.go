@@ -495,6 +495,7 @@ func (w *World) fault(f fault) {
 		}
 	case fFlush:
 		w.nodes[f.node].srv.data = map[string]*value{}
+		w.lost(w.nodes[f.node])
 	case fEvict:
 		for _, ni := range f.nodes {
 			w.nodes[ni].evict(f.keys)
@@ -513,6 +514,7 @@ func (w *World) fault(f fault) {
 		l.lagFrom, l.lagTo, l.lagBy = now, now.Add(f.dur), f.by
 		w.mu.Unlock()
 	}
+	w.judge()
 }
 
 func (w *World) setLinks(node int, f func(*link)) {
@@ -548,6 +550,7 @@ func (w *World) restart(n *Node, down time.Duration, lastSecond bool) {
 	w.mu.Unlock()
 	n.backlog = nil
 	w.dropConns(n)
+	w.lost(n)
 	var keep map[string]*value
 	if lastSecond {
 		keep = n.snapAt(time.Now().Add(-time.Second))
@@ -640,6 +643,7 @@ func (n *Node) evict(k int) {
 	for i := 0; i < k && i < len(cs); i++ {
 		delete(s.data, cs[i].key)
 		s.evicted++
+		n.w.lost(n)
 		n.w.note("fault", "node %d evicted %q", n.idx, cs[i].key)
 	}
 }

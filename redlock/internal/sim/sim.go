@@ -106,6 +106,8 @@ func Run(seed uint64, cfg Config) Result {
 	}()
 	g := newLedger(w.t0, w.lastFault)
 	g.forceSlack = 3 * p.nodeTimeout
+	w.g, w.quarantine = g, p.ttl+time.Duration(float64(p.ttl)*driftFactor)+2*time.Millisecond
+	g.onEnter = func() { w.at(time.Now(), w.judge) }
 	if w.trace != nil {
 		g.note = func(format string, args ...any) { w.note("lock", format, args...) }
 		w.note("param", "%s", res.Params)

@@ -42,6 +42,12 @@ type World struct {
 	forceSHA      map[string]bool
 	onGC          func(client int, until time.Time)
 	onHold        func(client int, key string, wait, hold time.Duration, fence bool)
+
+	// The state judge (backing.go): the ledger, when its next check by expiry is due, and
+	// the quarantine a node that lost data stands for its holders.
+	g          *ledger
+	judgeAt    time.Time
+	quarantine time.Duration
 }
 
 type worldStats struct {
@@ -98,6 +104,7 @@ type Node struct {
 	runs    int
 	fp      uint64         // the node's fingerprint (mixCmd)
 	names   map[string]int // random values by order of first use here (mixCmd)
+	lostAt  time.Time      // it last lost data (the state judge: backing.go)
 }
 
 type pending struct {
@@ -321,6 +328,7 @@ func (w *World) process(c *conn, data []byte) {
 	if len(out) > 0 {
 		w.toClient(c, out, 0, true)
 	}
+	w.judge()
 }
 
 // canonical puts the channels of a SUBSCRIBE or UNSUBSCRIBE of several in order. go-redis
