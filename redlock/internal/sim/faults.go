@@ -104,11 +104,14 @@ const (
 	fMajorityRestart // beyond the assumptions
 	fHold            // a program's acquire: a client takes a key exclusive and holds it (the young program)
 	fLag             // a program's lag: what a client and a node send each other meanwhile arrives late (lateValue)
+	fFailover        // a lagging replica promoted behind the node's address (replication.go)
+	fSnapRestart     // a restart from a snapshot of a moment ago behind a proxy (replication.go)
 	nFaultKinds
 )
 
 var faultNames = [...]string{"slow", "loss", "partition", "pause", "restart", "restart-last-second", "flushall",
-	"evict", "script-flush", "drop-conns", "notices", "gc-pause", "force-release", "flushall-twice", "majority-restart", "hold", "lag"}
+	"evict", "script-flush", "drop-conns", "notices", "gc-pause", "force-release", "flushall-twice", "majority-restart", "hold", "lag",
+	"failover", "snapshot-restart"}
 
 func (k faultKind) String() string { return faultNames[k] }
 
@@ -125,6 +128,7 @@ type fault struct {
 	keys   int
 	key    string
 	fence  bool // a hold with fencing (its first try runs the acquire script)
+	cut    bool // a failover that cuts the clients' connections (else a proxy keeps them)
 }
 
 func (f fault) String() string {
@@ -147,6 +151,10 @@ func (f fault) String() string {
 		s += fmt.Sprintf(" %d keys on nodes %v", f.keys, f.nodes)
 	case fMajorityRestart:
 		s += fmt.Sprintf(" nodes %v", f.nodes)
+	case fFailover:
+		s += fmt.Sprintf(" node %d to its replica %v behind, switch %v, connections cut %v", f.node, f.by, f.dur, f.cut)
+	case fSnapRestart:
+		s += fmt.Sprintf(" node %d from its snapshot of %v ago, down %v, connections kept", f.node, f.by, f.dur)
 	default:
 		s += fmt.Sprintf(" node %d", f.node)
 		if f.dur > 0 {
@@ -187,6 +195,16 @@ func (w *World) plan(p params) []fault {
 	}
 	if prog, from, to := w.lateValue(p, quiet); len(prog) > 0 {
 		program, quiet = append(program, prog...), append(quiet, [2]time.Duration{from, to})
+	}
+	// The failover program (replication.go) after the other programs, before the random
+	// faults (which then keep to the loss budget with it).
+	if prog, from, to := w.failoverProgram(p, quiet, lossOK); len(prog) > 0 {
+		program, quiet = append(program, prog...), append(quiet, [2]time.Duration{from, to})
+		for _, f := range prog {
+			if f.kind == fFailover || f.kind == fSnapRestart {
+				losses = append(losses, f)
+			}
+		}
 	}
 	for at := time.Duration(r.Int64N(int64(p.faultEvery))); at < end; at += time.Duration(r.Int64N(int64(2*p.faultEvery))) + time.Millisecond {
 		f := fault{kind: faultKind(r.IntN(int(fMajorityRestart))), at: at, node: r.IntN(cfg.Nodes), client: r.IntN(cfg.Clients)}
@@ -262,6 +280,7 @@ func (w *World) plan(p params) []fault {
 		})
 		out = append(out, program...)
 	}
+	out = w.planReplication(p, out, lossOK, func(f fault) { losses = append(losses, f) }, quiet)
 	slices.SortStableFunc(out, func(a, b fault) int { return int(a.at - b.at) })
 	return out
 }
@@ -496,6 +515,10 @@ func (w *World) fault(f fault) {
 	case fFlush:
 		w.nodes[f.node].srv.data = map[string]*value{}
 		w.lost(w.nodes[f.node])
+	case fFailover:
+		w.failover(f)
+	case fSnapRestart:
+		w.snapRestart(f)
 	case fEvict:
 		for _, ni := range f.nodes {
 			w.nodes[ni].evict(f.keys)

@@ -95,6 +95,9 @@ func Run(seed uint64, cfg Config) Result {
 	}
 	p := drawParams(seed, cfg)
 	w.applyParams(p)
+	for i, hide := range drawReplicaPlan(seed, cfg.Nodes).hideRunID {
+		w.nodes[i].srv.hideRunID = hide
+	}
 	plan := w.plan(p)
 	res := Result{Seed: seed, Params: p.String(), Faults: len(plan)}
 
@@ -113,6 +116,9 @@ func Run(seed uint64, cfg Config) Result {
 		w.note("param", "%s", res.Params)
 	}
 	for _, f := range plan {
+		if f.kind == fFailover || f.kind == fSnapRestart {
+			w.at(w.t0.Add(f.at-f.by), func() { w.captureReplica(f) })
+		}
 		w.at(w.t0.Add(f.at), func() { w.fault(f) })
 	}
 

@@ -105,6 +105,9 @@ type Node struct {
 	fp      uint64         // the node's fingerprint (mixCmd)
 	names   map[string]int // random values by order of first use here (mixCmd)
 	lostAt  time.Time      // it last lost data (the state judge: backing.go)
+	// replicaData is its replica's data, as of replicaAt (replication.go).
+	replicaData map[string]*value
+	replicaAt   time.Time
 }
 
 type pending struct {
