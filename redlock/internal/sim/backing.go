@@ -24,8 +24,10 @@ import (
 //   - exclusive, and each place of a limited key: the lock's name (the place's) holds the
 //     holder's value, unexpired by the node's clock;
 //   - shared: the holder's value is an unexpired entry of the readers' set;
-//   - fenced (a token above 0), counted apart: the key's counter, unexpired, is at or
-//     above the token;
+//   - fenced (a token above 0), counted apart: the least token the node could give next
+//     is above the holder's: its counter, unexpired, is at or above the token, or its
+//     clock is past the token by more than the lead (a counter lapsed for disuse starts
+//     again at the clock minus the lead: fencing.go);
 //
 // or the node lost its data (a restart, FLUSHALL, an eviction, a failover, a restart from
 // a snapshot) less than a quarantine ago: the lock promises not to count such a node's
@@ -122,10 +124,21 @@ func (n *Node) backedOn(h *holder, nowUS int64) (ok bool, until time.Time, fence
 		}
 	}
 	if h.fencing && h.token > 0 {
+		// The least token the node could give next is max(counter + 1, now_µs - lead)
+		// (fencing.go: a proposal within lead of its clock, else the counter's next or
+		// the clock): above h's while the counter is at or above it, or once its clock
+		// is past the token by the lead (a counter lapsed for disuse restarts there).
+		byClock := n.instantOf(h.token + n.w.lead.Microseconds() + 1)
 		if v := n.live(b.counter, nowUS); v != nil && v.z == nil {
 			if c, err := strconv.ParseInt(v.s, 10, 64); err == nil && c >= h.token {
 				fenced, fencedUntil = true, n.stringDies(v)
+				if !fencedUntil.Before(byClock) {
+					fencedUntil = noExpiry
+				}
 			}
+		}
+		if !fenced && nowUS-n.w.lead.Microseconds() > h.token {
+			fenced, fencedUntil = true, noExpiry
 		}
 	}
 	return ok, until, fenced, fencedUntil

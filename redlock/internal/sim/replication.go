@@ -30,6 +30,23 @@ import (
 // room: the other faults of a seed stay as they were. The state judge (backing.go)
 // counts the node as lost from the fault on.
 
+// replicationFaults are the fault kinds (SIM_SKIP names) of this file. On today's core a
+// failover within the loss budget gives two holders (issue 38, item 8: the core does not
+// yet tell a promoted lagging replica from the master), so the plain go test (TestSim
+// without SIM_TIME or SIM_SEED) and the regression seeds (TestSimSeeds) leave them out:
+// their schedules are then those of before this file. make sim runs them.
+var replicationFaults = []string{"failover-program", "failover", "snapshot-restart", "hidden-run-id"}
+
+// skipReplication leaves the replication faults out of cfg.
+func skipReplication(cfg *Config) {
+	if cfg.Skip == nil {
+		cfg.Skip = map[string]bool{}
+	}
+	for _, k := range replicationFaults {
+		cfg.Skip[k] = true
+	}
+}
+
 // replicaPlan is the per-node replication setup, drawn from its own stream.
 type replicaPlan struct {
 	hideRunID []bool

@@ -68,6 +68,7 @@ var regressionSeeds = []struct {
 func TestSimSeeds(t *testing.T) {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
 	cfg := DefaultConfig()
+	skipReplication(&cfg) // the seeds were found without them (replication.go)
 	for _, r := range regressionSeeds {
 		t.Run(strconv.FormatUint(r.seed, 10), func(t *testing.T) {
 			res := runSeed(t, r.seed, cfg)

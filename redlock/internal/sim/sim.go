@@ -96,7 +96,7 @@ func Run(seed uint64, cfg Config) Result {
 	p := drawParams(seed, cfg)
 	w.applyParams(p)
 	for i, hide := range drawReplicaPlan(seed, cfg.Nodes).hideRunID {
-		w.nodes[i].srv.hideRunID = hide
+		w.nodes[i].srv.hideRunID = hide && !cfg.Skip["hidden-run-id"]
 	}
 	plan := w.plan(p)
 	res := Result{Seed: seed, Params: p.String(), Faults: len(plan)}
@@ -110,6 +110,7 @@ func Run(seed uint64, cfg Config) Result {
 	g := newLedger(w.t0, w.lastFault)
 	g.forceSlack = 3 * p.nodeTimeout
 	w.g, w.quarantine = g, p.ttl+time.Duration(float64(p.ttl)*driftFactor)+2*time.Millisecond
+	w.lead = min(100*time.Millisecond, p.ttl/4) // redlock's tokenLead (MaxTTL is the ttl)
 	g.onEnter = func() { w.at(time.Now(), w.judge) }
 	if w.trace != nil {
 		g.note = func(format string, args ...any) { w.note("lock", format, args...) }

@@ -48,6 +48,7 @@ type World struct {
 	g          *ledger
 	judgeAt    time.Time
 	quarantine time.Duration
+	lead       time.Duration // how far from its clock a node takes a proposed token (fencing.go)
 }
 
 type worldStats struct {
