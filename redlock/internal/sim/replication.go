@@ -91,9 +91,14 @@ func (w *World) planReplication(p params, out []fault, lossOK func(at time.Durat
 			f.dur = time.Duration(20+r.IntN(280)) * time.Millisecond
 		}
 		f.by = min(f.by, f.at)
-		if !cfg.Beyond && !lossOK(f.at, f.node) ||
-			slices.ContainsFunc(quiet, func(q [2]time.Duration) bool { return f.at <= q[1] && f.at+f.dur >= q[0] }) {
+		if slices.ContainsFunc(quiet, func(q [2]time.Duration) bool { return f.at <= q[1] && f.at+f.dur >= q[0] }) {
 			continue
+		}
+		if !lossOK(f.at, f.node) {
+			if !cfg.Beyond {
+				continue
+			}
+			f.beyond = true // past the loss budget
 		}
 		add(f)
 		out = append(out, f)
@@ -225,8 +230,11 @@ func (w *World) failoverProgram(p params, quiet [][2]time.Duration, lossOK func(
 			return nil, 0, 0
 		}
 	}
-	if !cfg.Beyond && !lossOK(f.at, x) {
-		return nil, 0, 0
+	if !lossOK(f.at, x) {
+		if !cfg.Beyond {
+			return nil, 0, 0
+		}
+		f.beyond = true // past the loss budget
 	}
 	return []fault{
 		{kind: fPartition, at: at - 2*time.Millisecond, client: a, nodes: uv, dur: 2 * ttl},

@@ -56,6 +56,10 @@ type Result struct {
 	Commands   int64 // commands the nodes ran
 	Faults     int
 	Stale      [2]int // fenced writes of paused holders: refused, accepted (nobody wrote since)
+	// Beyond counts the schedule's faults past the stated assumptions (SIM_BEYOND: a
+	// clock past the drift bound, a clock jump, a majority restarted, a loss past the
+	// budget): its violations are counted apart, as expected.
+	Beyond int
 	// Fingerprint is a hash of every command the nodes ran, in order, with its instant,
 	// node and connection: two runs of a seed agree on it when they ran the same
 	// schedule. Equivalent is the nodes' own (World.mixCmd): every node ran the same
@@ -100,6 +104,14 @@ func Run(seed uint64, cfg Config) Result {
 	}
 	plan := w.plan(p)
 	res := Result{Seed: seed, Params: p.String(), Faults: len(plan)}
+	for _, f := range plan {
+		if f.beyond {
+			res.Beyond++
+		}
+	}
+	if p.fastClock {
+		res.Beyond++
+	}
 
 	stop := make(chan struct{})
 	loopDone := make(chan struct{})
