@@ -22,6 +22,9 @@ import (
 //	SIM_REPLAY=r     replay each failing seed r more times and report how often it fails again,
 //	                 and how often the replay ran the very same schedule (its fingerprint)
 //	SIM_REPLAY_ALL=1 replay every seed so, not only the failing ones (replay figures)
+//	SIM_SHRINK=1     shrink each failing seed (shrink_test.go): fewer faults and workers
+//	SIM_DROP=i,j     leave out the plan's faults i, j (from 0), SIM_NOWORKERS=c0/excl,...
+//	                 the workers named, SIM_SHORT_HOLDS=1 the long holds (a shrunk replay)
 //
 // Every violation prints its seed and the command that replays it; the last line is the
 // summary: SIM schedules=N violations=V ...
@@ -38,6 +41,10 @@ func TestSim(t *testing.T) {
 	if os.Getenv("SIM_TIME") == "" && os.Getenv("SIM_SEED") == "" && os.Getenv("SIM_COUNT") == "" {
 		skipReplication(&cfg) // go test: without the known hole (replication.go)
 	}
+	if err := shrunkConfig(&cfg, os.Getenv("SIM_DROP"), os.Getenv("SIM_NOWORKERS"), os.Getenv("SIM_SHORT_HOLDS")); err != nil {
+		t.Fatal(err)
+	}
+	shrinking := os.Getenv("SIM_SHRINK") != ""
 	replays, _ := strconv.Atoi(os.Getenv("SIM_REPLAY"))
 	cfg.Fingerprint = replays > 0 || os.Getenv("SIM_SEED") != ""
 	if s := os.Getenv("SIM_SEED"); s != "" {
@@ -49,6 +56,11 @@ func TestSim(t *testing.T) {
 		report(t, res, cfg)
 		for _, l := range res.Trace {
 			fmt.Println(l)
+		}
+		if shrinking && len(res.Violations) > 0 {
+			c := cfg
+			c.Trace = false
+			shrink(t, seed, c, res)
 		}
 		summary(t, []Result{res}, time.Duration(0), cfg, nil, fmt.Sprintf(" fingerprint=%016x equivalent=%016x", res.Fingerprint, res.Equivalent))
 		return
@@ -86,6 +98,9 @@ func TestSim(t *testing.T) {
 		results = append(results, res)
 		res.Nth = len(results)
 		report(t, res, cfg)
+		if shrinking && len(res.Violations) > 0 {
+			shrink(t, seed, cfg, res)
+		}
 		if (len(res.Violations) > 0 || replayAll) && replays > 0 {
 			n, m, e := 0, 0, 0
 			for range replays {

@@ -37,6 +37,11 @@ type Config struct {
 	// Fingerprint hashes every command the nodes ran (Result.Fingerprint): replays
 	// compare them. It costs a few percent of a schedule's CPU.
 	Fingerprint bool
+	// Shrinking (runner_test.go, SIM_SHRINK): faults of the plan left out (their places
+	// in it, from 0), workers left out ("c0/excl"), and no long holds by the workers.
+	DropFaults  map[int]bool
+	DropWorkers map[string]bool
+	ShortHolds  bool
 }
 
 // DefaultConfig is what make sim runs: 5 nodes, 3 clients, 10 simulated seconds of
@@ -66,6 +71,7 @@ type Result struct {
 	// commands at the same instants, up to the names of random values.
 	Fingerprint, Equivalent uint64
 	Trace                   []string
+	Plan, Workers           []string // the faults (as run) and the workers
 	Recorded                [][]string
 	Params                  string
 }
@@ -103,7 +109,26 @@ func Run(seed uint64, cfg Config) Result {
 		w.nodes[i].srv.hideRunID = hide && !cfg.Skip["hidden-run-id"]
 	}
 	plan := w.plan(p)
+	if len(cfg.DropFaults) > 0 {
+		kept := plan[:0:0]
+		for i, f := range plan {
+			if !cfg.DropFaults[i] {
+				kept = append(kept, f)
+			}
+		}
+		plan = kept
+	}
 	res := Result{Seed: seed, Params: p.String(), Faults: len(plan)}
+	for _, f := range plan {
+		res.Plan = append(res.Plan, f.String())
+	}
+	for ci, rs := range p.roles {
+		for _, r := range rs {
+			if who := fmt.Sprintf("c%d/%s", ci, r.name); !cfg.DropWorkers[who] {
+				res.Workers = append(res.Workers, who)
+			}
+		}
+	}
 	for _, f := range plan {
 		if f.beyond {
 			res.Beyond++
