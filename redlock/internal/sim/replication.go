@@ -23,26 +23,35 @@ import (
 //     every second, of a moment ago (0.1 to 1 s), behind a proxy that keeps the clients'
 //     connections: a new run_id, an uptime from zero, the old marker.
 //
-// Some nodes hide run_id from INFO (a proxy, a managed service): drawn per node. Both
+// Some nodes hide run_id from INFO (a proxy, a managed service): drawn per node.
+// SIM_SKIP=proxy leaves out what a proxy does (connections kept across a failover, the
+// snapshot restarts), SIM_SKIP=hidden-run-id the hidden run_ids: with both, every
+// replacement is seen by run_id on the clients' new connections (the run_id quarantine). Both
 // faults lose data, so they count in the loss budget (at most N - quorum nodes within a
 // window, as doc.go assumes; more under SIM_BEYOND), and are planned after the other
 // faults, from a stream of their own, where the budget and the programs' spans leave
 // room: the other faults of a seed stay as they were. The state judge (backing.go)
 // counts the node as lost from the fault on.
 
-// replicationFaults are the fault kinds (SIM_SKIP names) of this file. On today's core a
-// failover within the loss budget gives two holders (issue 38, item 8: the core does not
-// yet tell a promoted lagging replica from the master), so the plain go test (TestSim
-// without SIM_TIME or SIM_SEED) and the regression seeds (TestSimSeeds) leave them out:
-// their schedules are then those of before this file. make sim runs them.
+// replicationFaults are the fault kinds (SIM_SKIP names) of this file. The regression
+// seeds (TestSimSeeds) were found without them and leave them out: their schedules are
+// then those of before this file.
 var replicationFaults = []string{"failover-program", "failover", "snapshot-restart", "hidden-run-id"}
 
-// skipReplication leaves the replication faults out of cfg.
-func skipReplication(cfg *Config) {
+// knownHole is what today's core does not survive within the loss budget (issue 38,
+// item 8: it does not yet tell a promoted lagging replica, or a snapshot restart, from
+// the process it replaced while the clients' connections are kept, or while INFO hides
+// run_id): two holders in about one schedule in eight. The plain go test (TestSim without
+// SIM_TIME or SIM_SEED) leaves these out, and so may make sim (SIM_SKIP=proxy,hidden-run-id)
+// until the core's rollback check lands; failovers that cut the connections stay in.
+var knownHole = []string{"proxy", "hidden-run-id"}
+
+// skipKinds leaves the kinds out of cfg.
+func skipKinds(cfg *Config, kinds []string) {
 	if cfg.Skip == nil {
 		cfg.Skip = map[string]bool{}
 	}
-	for _, k := range replicationFaults {
+	for _, k := range kinds {
 		cfg.Skip[k] = true
 	}
 }
@@ -91,6 +100,12 @@ func (w *World) planReplication(p params, out []fault, lossOK func(at time.Durat
 			f.dur = time.Duration(20+r.IntN(280)) * time.Millisecond
 		}
 		f.by = min(f.by, f.at)
+		if cfg.Skip["proxy"] {
+			if f.kind == fSnapRestart {
+				continue
+			}
+			f.cut = true // no proxy keeps the connections: every client says hello again
+		}
 		if slices.ContainsFunc(quiet, func(q [2]time.Duration) bool { return f.at <= q[1] && f.at+f.dur >= q[0] }) {
 			continue
 		}
@@ -219,6 +234,14 @@ func (w *World) failoverProgram(p params, quiet [][2]time.Duration, lossOK func(
 	f := fault{kind: fFailover, node: x, at: at + ttl/4, dur: time.Duration(r.IntN(30)) * time.Millisecond, cut: r.IntN(2) == 0}
 	if r.IntN(3) == 0 {
 		f.kind, f.cut, f.dur = fSnapRestart, false, time.Duration(20+r.IntN(100))*time.Millisecond
+	}
+	if cfg.Skip["proxy"] {
+		// No proxy: a failover cuts the connections; a snapshot restart (behind a proxy
+		// here) is not drawn.
+		if f.kind == fSnapRestart {
+			return nil, 0, 0
+		}
+		f.cut = true
 	}
 	// The replica (the snapshot) is of before A's grant: it stalled, or lags, by more than
 	// the quarter ttl since.
