@@ -21,6 +21,7 @@
 //	workload.go   what the clients do: every mode, cancellations, force releases, GC pauses
 //	check.go      the ledger: each mode's promise, fencing, force releases, handoff modes
 //	backing.go    the state judge: every trusted holder backed on a quorum of the nodes
+//	              (backing_test.go: its expiry instants are the nodes' own, to the µs)
 //	redis.go      a simulated node: keyspace, commands, INFO, pub/sub (resp.go: RESP2)
 //	lua.go        Lua as Redis 7 runs it (gopher-lua), for the client's scripts
 //	runner_test.go, conformance_test.go   TestSim (seeds) and TestConformance (vs redis-server)
