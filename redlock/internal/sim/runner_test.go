@@ -181,7 +181,7 @@ func summary(t *testing.T, results []Result, took time.Duration, cfg Config, aga
 	if cfg.Beyond {
 		// Counted apart: the violations of schedules with a fault past the assumptions
 		// are expected; those of the others are not.
-		line += fmt.Sprintf(" mode=beyond beyond_schedules=%d beyond_violations=%d(expected) within_violations=%d", past, pastViol, viol-pastViol)
+		line += fmt.Sprintf(" mode=beyond(expected) beyond_schedules=%d beyond_violations=%d within_violations=%d", past, pastViol, viol-pastViol)
 	}
 	for k, c := range kinds {
 		line += fmt.Sprintf(" %s=%d", k, c)
