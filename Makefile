@@ -72,7 +72,9 @@ chaos-short:
 ## sim: the simulation of the lock core (redlock/internal/sim, docs/simulation.md): seeded
 ## fault schedules on every core for SIM_TIME (default 5m); non-zero exit on any violation;
 ## the last line is the summary (SIM schedules=N violations=V ...). SIM_SEED=n replays one
-## seed (SIM_TRACE=1 prints its trace); SIM_BEYOND=1 runs faults past the assumptions.
+## seed (SIM_TRACE=1 prints its trace, SIM_SHRINK=1 shrinks it); SIM_BEYOND=1 runs faults
+## past the assumptions (counted apart); SIM_SKIP=proxy,hidden-run-id leaves out the known
+## hole of issue 38 item 8 (docs/simulation.md).
 sim:
 	@$(GO) build -o bin/simrun ./redlock/internal/sim/simrun
 	@bin/simrun

@@ -46,6 +46,8 @@ type holder struct {
 	// from is, for a handed lock, the holder it was handed from (its client's last on the
 	// key): it holds that holder's values in Redis, so what freed them freed it.
 	from *holder
+	// b is where it lives on the nodes (the state judge: backing.go).
+	b backing
 }
 
 func (h *holder) String() string {
@@ -149,6 +151,9 @@ type ledger struct {
 	gave    map[handKey]*holder
 	// note, when set (SIM_TRACE), traces entries and exits.
 	note func(format string, args ...any)
+	// onEnter runs at every entry (g.mu held): the world judges the holder's backing at
+	// that instant (backing.go).
+	onEnter func()
 }
 
 func newLedger(t0 time.Time, lastFault func() string) *ledger {
@@ -266,6 +271,10 @@ func (g *ledger) enter(h *holder) bool {
 		}
 	}
 	kl.inside[h] = struct{}{}
+	h.b = lockBacking(h.l)
+	if g.onEnter != nil {
+		g.onEnter()
+	}
 	return true
 }
 

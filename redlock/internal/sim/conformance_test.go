@@ -230,11 +230,16 @@ func extraCommands(rec [][]string) [][]string {
 	return out
 }
 
+// infoFields are the INFO fields the client reads, and the replication fields the
+// simulated nodes report (replication.go): each must be in both replies or in neither.
+var infoFields = []string{"run_id", "uptime_in_seconds", "evicted_keys", "maxmemory", "maxmemory_policy",
+	"role", "connected_slaves", "master_replid", "master_repl_offset"}
+
 // agree compares a real reply with the simulated one; "" when they agree.
 func agree(args []string, real, got reply, slack time.Duration) string {
 	cmd := strings.ToUpper(args[0])
 	if cmd == "INFO" {
-		for _, f := range []string{"run_id", "uptime_in_seconds", "evicted_keys", "maxmemory", "maxmemory_policy"} {
+		for _, f := range infoFields {
 			rv, gv := infoField(real.s, f), infoField(got.s, f)
 			if (rv == "") != (gv == "") {
 				return "INFO field " + f + " present in one only"

@@ -22,6 +22,7 @@ type params struct {
 	offsets                  []time.Duration
 	faultEvery               time.Duration
 	beyond                   bool
+	fastClock                bool // a node's clock runs past the drift bound (beyond)
 }
 
 const driftFactor = 0.01
@@ -59,6 +60,7 @@ func drawParams(seed uint64, cfg Config) params {
 	if cfg.Beyond && r.IntN(2) == 0 {
 		// Past the bound: a node whose clock runs 3 to 10 times drift_factor fast.
 		p.rates[r.IntN(cfg.Nodes)] = 1 + (3+7*r.Float64())*driftFactor
+		p.fastClock = true
 	}
 	p.faultEvery = time.Duration(150+r.IntN(400)) * time.Millisecond
 	return p
@@ -104,11 +106,15 @@ const (
 	fMajorityRestart // beyond the assumptions
 	fHold            // a program's acquire: a client takes a key exclusive and holds it (the young program)
 	fLag             // a program's lag: what a client and a node send each other meanwhile arrives late (lateValue)
+	fFailover        // a lagging replica promoted behind the node's address (replication.go)
+	fSnapRestart     // a restart from a snapshot of a moment ago behind a proxy (replication.go)
+	fClockJump       // beyond the assumptions: a node's clock jumps forward
 	nFaultKinds
 )
 
 var faultNames = [...]string{"slow", "loss", "partition", "pause", "restart", "restart-last-second", "flushall",
-	"evict", "script-flush", "drop-conns", "notices", "gc-pause", "force-release", "flushall-twice", "majority-restart", "hold", "lag"}
+	"evict", "script-flush", "drop-conns", "notices", "gc-pause", "force-release", "flushall-twice", "majority-restart", "hold", "lag",
+	"failover", "snapshot-restart", "clock-jump"}
 
 func (k faultKind) String() string { return faultNames[k] }
 
@@ -125,6 +131,11 @@ type fault struct {
 	keys   int
 	key    string
 	fence  bool // a hold with fencing (its first try runs the acquire script)
+	cut    bool // a failover that cuts the clients' connections (else a proxy keeps them)
+	// beyond: past the stated assumptions (SIM_BEYOND): a majority restarted at once, a
+	// clock jump, a loss past the budget. Violations of a schedule with one are counted
+	// apart (Result.Beyond).
+	beyond bool
 }
 
 func (f fault) String() string {
@@ -147,6 +158,12 @@ func (f fault) String() string {
 		s += fmt.Sprintf(" %d keys on nodes %v", f.keys, f.nodes)
 	case fMajorityRestart:
 		s += fmt.Sprintf(" nodes %v", f.nodes)
+	case fFailover:
+		s += fmt.Sprintf(" node %d to its replica %v behind, switch %v, connections cut %v", f.node, f.by, f.dur, f.cut)
+	case fSnapRestart:
+		s += fmt.Sprintf(" node %d from its snapshot of %v ago, down %v, connections kept", f.node, f.by, f.dur)
+	case fClockJump:
+		s += fmt.Sprintf(" node %d forward by %v", f.node, f.by)
 	default:
 		s += fmt.Sprintf(" node %d", f.node)
 		if f.dur > 0 {
@@ -188,10 +205,25 @@ func (w *World) plan(p params) []fault {
 	if prog, from, to := w.lateValue(p, quiet); len(prog) > 0 {
 		program, quiet = append(program, prog...), append(quiet, [2]time.Duration{from, to})
 	}
+	// The failover program (replication.go) after the other programs, before the random
+	// faults (which then keep to the loss budget with it).
+	if prog, from, to := w.failoverProgram(p, quiet, lossOK); len(prog) > 0 {
+		program, quiet = append(program, prog...), append(quiet, [2]time.Duration{from, to})
+		for _, f := range prog {
+			if f.kind == fFailover || f.kind == fSnapRestart {
+				losses = append(losses, f)
+			}
+		}
+	}
 	for at := time.Duration(r.Int64N(int64(p.faultEvery))); at < end; at += time.Duration(r.Int64N(int64(2*p.faultEvery))) + time.Millisecond {
 		f := fault{kind: faultKind(r.IntN(int(fMajorityRestart))), at: at, node: r.IntN(cfg.Nodes), client: r.IntN(cfg.Clients)}
-		if cfg.Beyond && r.IntN(20) == 0 {
-			f.kind = fMajorityRestart
+		if cfg.Beyond {
+			switch r.IntN(20) {
+			case 0:
+				f.kind, f.beyond = fMajorityRestart, true
+			case 1:
+				f.kind, f.beyond = fClockJump, true
+			}
 		}
 		if cfg.Skip[f.kind.String()] {
 			continue
@@ -250,6 +282,10 @@ func (w *World) plan(p params) []fault {
 		case fMajorityRestart:
 			f.nodes = r.Perm(cfg.Nodes)[:cfg.Nodes/2+1]
 			f.dur = time.Duration(20+r.IntN(100)) * time.Millisecond
+		case fClockJump:
+			// Forward by 20 ms to a ttl: keys expire that much early by it (an NTP step,
+			// a VM resumed); doc.go assumes clocks that only drift.
+			f.by = 20*time.Millisecond + time.Duration(r.Int64N(int64(p.ttl)))
 		}
 		out = append(out, f)
 	}
@@ -262,6 +298,7 @@ func (w *World) plan(p params) []fault {
 		})
 		out = append(out, program...)
 	}
+	out = w.planReplication(p, out, lossOK, func(f fault) { losses = append(losses, f) }, quiet)
 	slices.SortStableFunc(out, func(a, b fault) int { return int(a.at - b.at) })
 	return out
 }
@@ -495,6 +532,13 @@ func (w *World) fault(f fault) {
 		}
 	case fFlush:
 		w.nodes[f.node].srv.data = map[string]*value{}
+		w.lost(w.nodes[f.node])
+	case fClockJump:
+		w.nodes[f.node].offset += f.by
+	case fFailover:
+		w.failover(f)
+	case fSnapRestart:
+		w.snapRestart(f)
 	case fEvict:
 		for _, ni := range f.nodes {
 			w.nodes[ni].evict(f.keys)
@@ -513,6 +557,7 @@ func (w *World) fault(f fault) {
 		l.lagFrom, l.lagTo, l.lagBy = now, now.Add(f.dur), f.by
 		w.mu.Unlock()
 	}
+	w.judge()
 }
 
 func (w *World) setLinks(node int, f func(*link)) {
@@ -548,6 +593,7 @@ func (w *World) restart(n *Node, down time.Duration, lastSecond bool) {
 	w.mu.Unlock()
 	n.backlog = nil
 	w.dropConns(n)
+	w.lost(n)
 	var keep map[string]*value
 	if lastSecond {
 		keep = n.snapAt(time.Now().Add(-time.Second))
@@ -640,6 +686,7 @@ func (n *Node) evict(k int) {
 	for i := 0; i < k && i < len(cs); i++ {
 		delete(s.data, cs[i].key)
 		s.evicted++
+		n.w.lost(n)
 		n.w.note("fault", "node %d evicted %q", n.idx, cs[i].key)
 	}
 }

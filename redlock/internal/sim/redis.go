@@ -39,6 +39,14 @@ type Server struct {
 
 	inScript bool
 	nowMS    int64 // the command's time snapshot (a script's start), ms
+
+	// Replication (replication.go): the replication id, a new one per process and on
+	// promotion, and the offset, the bytes of write commands it ran (as a master counts
+	// what it sends its replicas). hideRunID: INFO leaves run_id out (a proxy, a managed
+	// service).
+	replID     string
+	replOffset int64
+	hideRunID  bool
 }
 
 type value struct {
@@ -72,6 +80,8 @@ func (s *Server) reset(runID string) {
 	s.runID = runID
 	s.startUS = s.clockUS()
 	s.evicted = 0
+	s.replID = sha1hex("repl/" + runID)
+	s.replOffset = 0
 }
 
 // NewSession opens a connection's state.
@@ -199,7 +209,15 @@ func (ss *Session) Exec(args []string) []reply {
 			bulk("id"), integer(ss.id), bulk("mode"), bulk("standalone"), bulk("role"), bulk("master"), bulk("modules"), array())}
 	}
 	ss.srv.nowMS = ss.srv.clockUS() / 1000
-	return []reply{ss.srv.command(args, false)}
+	r := ss.srv.command(args, false)
+	switch cmd {
+	case "SET", "DEL", "PEXPIRE", "ZADD", "ZREM", "ZREMRANGEBYSCORE", "EVAL", "EVALSHA", "FLUSHALL", "FLUSHDB":
+		// What a master would send its replicas (about: the offset only grows with writes).
+		for _, a := range args {
+			ss.srv.replOffset += int64(len(a))
+		}
+	}
+	return []reply{r}
 }
 
 // command runs one command of the keyspace, from a connection or from a script.
@@ -430,6 +448,19 @@ func (s *Server) command(args []string, script bool) reply {
 		return okReply
 	case "DBSIZE":
 		return integer(int64(len(s.data)))
+	case "REPLICAOF", "SLAVEOF":
+		// Only NO ONE: the node is a master already (its replica is the world's:
+		// replication.go), and stays one, as redis-server answers a master.
+		if script {
+			return errReply("ERR This Redis command is not allowed from script")
+		}
+		if need(2) && strings.EqualFold(a[0], "no") && strings.EqualFold(a[1], "one") {
+			return okReply
+		}
+		if !need(2) {
+			return errArgs(cmd)
+		}
+		return errReply("ERR the simulated node replicates from no one")
 	}
 	return errReply(fmt.Sprintf("ERR unknown command '%s', with args beginning with: ", args[0]))
 }
@@ -604,10 +635,15 @@ func (s *Server) info() string {
 	if s.mayEvict {
 		memory = "maxmemory:104857600\r\nmaxmemory_policy:volatile-ttl\r\n"
 	}
+	runID := "run_id:" + s.runID + "\r\n"
+	if s.hideRunID {
+		runID = ""
+	}
 	return "# Server\r\nredis_version:7.0.15\r\nredis_mode:standalone\r\nprocess_id:1\r\n" +
-		"run_id:" + s.runID + "\r\nuptime_in_seconds:" + strconv.FormatInt(up, 10) + "\r\n" +
+		runID + "uptime_in_seconds:" + strconv.FormatInt(up, 10) + "\r\n" +
 		"uptime_in_days:" + strconv.FormatInt(up/86400, 10) + "\r\n\r\n# Memory\r\n" + memory + "\r\n# Stats\r\n" +
-		"evicted_keys:" + strconv.FormatInt(s.evicted, 10) + "\r\n\r\n# Keyspace\r\n" +
+		"evicted_keys:" + strconv.FormatInt(s.evicted, 10) + "\r\n\r\n# Replication\r\nrole:master\r\nconnected_slaves:0\r\n" +
+		"master_replid:" + s.replID + "\r\nmaster_repl_offset:" + strconv.FormatInt(s.replOffset, 10) + "\r\n\r\n# Keyspace\r\n" +
 		"db0:keys=" + strconv.Itoa(len(s.data)) + ",expires=0,avg_ttl=0\r\n"
 }
 

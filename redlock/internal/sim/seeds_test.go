@@ -30,32 +30,48 @@ import (
 // its patch; 196 failing seeds in 771 schedules). No seed is kept for the joiner's one-step check
 // (found with SIM_PROCS=2 only, whose replays are not exact; TestJoiningReaderCannotEscapeAForceRelease
 // holds it) nor for the fixes the runs did not find (docs/simulation.md, the table).
+// Checked again on 2026-12-02 after the state judge (backing.go) and the replication
+// faults (replication.go): every seed below failed 3 of 3 with its patch, run as here
+// (the replication faults left out, but for 800010, which runs them without the known
+// hole), and passes with every fix in.
 var regressionSeeds = []struct {
 	seed uint64
 	what string
+	// replication: the seed runs with the replication faults but the known hole
+	// (replication.go, knownHole); the others without any (they were found so).
+	replication bool
 }{
 	// Fix: a grant carries the node's eviction count (testdata/reverts/evictcount.patch).
-	{800023, "two holders after node 0 evicted the key and spared the marker"},
+	{800023, "two holders after node 0 evicted the key and spared the marker", false},
 	// Fix: a node whose marker must be re-read does not vote (markerdue.patch).
-	{800122, "two holders after node 3 was flushed a second time (FLUSHALL at 0.18 s and 0.68 s)"},
+	{800122, "two holders after node 3 was flushed a second time (FLUSHALL at 0.18 s and 0.68 s)", false},
 	// Fix: the drift allowance (drift.patch).
-	{800079, "two holders: a hold kept without renewals to the last ms of its validity"},
+	{800079, "two holders: a hold kept without renewals to the last ms of its validity", false},
 	// Fix: the data marker in each grant (datamarker.patch).
-	{800005, "two holders after a FLUSHALL of node 0"},
+	{800005, "two holders after a FLUSHALL of node 0", false},
 	// Fix: a handoff stays within a mode (suits.patch).
-	{800014, "a limit holder handed a lock (a place is never handed on)"},
+	{800014, "a limit holder handed a lock (a place is never handed on)", false},
 	// Fix: a renewal needs a quorum (renewquorum.patch).
-	{800038, "two holders, and the earlier one's fenced write refused while trusted (renewed on too few nodes)"},
+	{800038, "two holders, and the earlier one's fenced write refused while trusted (renewed on too few nodes)", false},
 	// Fix: a lock taken while a force release began is given up (forcedsince.patch).
-	{800001, "two holders: a reader of client 1 kept a lock its own client's force release deleted"},
+	{800001, "two holders: a reader of client 1 kept a lock its own client's force release deleted", false},
 	// Fix: the young-node quarantine (young.patch); passes with only the marks check out.
-	{800012, "a node restarted just before the late client (1.7 s) started voted for it"},
-	// Fix: a fresh start needs one client's marks (marks.patch); fails with young.patch too.
-	{800018, "a node restarted voted for the late client (0.25 s) as part of a fresh start"},
+	{800012, "a node restarted just before the late client (1.7 s) started voted for it", false},
+	// Fix: a fresh start needs one client's marks (marks.patch); fails with young.patch too,
+	// and, since the state judge (backing.go), 3 of 3 with drift-renew.patch (unbacked: a
+	// renewed limit holder trusted past its places' expiry on the nodes' clocks).
+	{800018, "a node restarted voted for the late client (0.25 s) as part of a fresh start", false},
 	// Fix: a force release reads, then compares and deletes (forceonestep.patch).
-	{801174, "two holders: client 0's force release, held by a partition, deleted a later reader's entry"},
+	{801174, "two holders: client 0's force release, held by a partition, deleted a later reader's entry", false},
+	// Fix: the drift allowance in the first validity (drift-first.patch: Lock.start without
+	// it); found by the state judge (backing.go), 3 of 3.
+	{800002, "unbacked: the late-value program's holder trusted 2 ms past its value's expiry on a node clock 0.6 % fast", false},
+	// Fix: the run_id quarantine (runid.patch: observe without the run_id case), found by
+	// the failover program with the connections cut (SIM_SKIP=proxy,hidden-run-id): the
+	// marker comes back with the replica's data, so run_id alone tells. 3 of 3 (so does 800021).
+	{800010, "two holders: node 0's lagging replica promoted while client 0 held the key on a bare majority with it", true},
 	// Fix: the acquire script never takes over a later attempt's value (latervalue.patch).
-	{800007, "two holders: client 0's first SET and its release landed late on a node its second attempt held"},
+	{800007, "two holders: client 0's first SET and its release landed late on a node its second attempt held", false},
 }
 
 // TestSimSeeds replays the regression seeds as make sim runs them (GOMAXPROCS=1: the
@@ -65,7 +81,14 @@ func TestSimSeeds(t *testing.T) {
 	cfg := DefaultConfig()
 	for _, r := range regressionSeeds {
 		t.Run(strconv.FormatUint(r.seed, 10), func(t *testing.T) {
-			res := runSeed(t, r.seed, cfg)
+			c := cfg
+			c.Skip = nil
+			if r.replication {
+				skipKinds(&c, knownHole)
+			} else {
+				skipKinds(&c, replicationFaults)
+			}
+			res := runSeed(t, r.seed, c)
 			for _, v := range res.Violations {
 				t.Errorf("%s (once found: %s) | %s | replay: SIM_SEED=%d make sim", v, r.what, res.Params, r.seed)
 			}

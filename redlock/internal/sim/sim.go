@@ -37,6 +37,11 @@ type Config struct {
 	// Fingerprint hashes every command the nodes ran (Result.Fingerprint): replays
 	// compare them. It costs a few percent of a schedule's CPU.
 	Fingerprint bool
+	// Shrinking (runner_test.go, SIM_SHRINK): faults of the plan left out (their places
+	// in it, from 0), workers left out ("c0/excl"), and no long holds by the workers.
+	DropFaults  map[int]bool
+	DropWorkers map[string]bool
+	ShortHolds  bool
 }
 
 // DefaultConfig is what make sim runs: 5 nodes, 3 clients, 10 simulated seconds of
@@ -56,12 +61,17 @@ type Result struct {
 	Commands   int64 // commands the nodes ran
 	Faults     int
 	Stale      [2]int // fenced writes of paused holders: refused, accepted (nobody wrote since)
+	// Beyond counts the schedule's faults past the stated assumptions (SIM_BEYOND: a
+	// clock past the drift bound, a clock jump, a majority restarted, a loss past the
+	// budget): its violations are counted apart, as expected.
+	Beyond int
 	// Fingerprint is a hash of every command the nodes ran, in order, with its instant,
 	// node and connection: two runs of a seed agree on it when they ran the same
 	// schedule. Equivalent is the nodes' own (World.mixCmd): every node ran the same
 	// commands at the same instants, up to the names of random values.
 	Fingerprint, Equivalent uint64
 	Trace                   []string
+	Plan, Workers           []string // the faults (as run) and the workers
 	Recorded                [][]string
 	Params                  string
 }
@@ -95,8 +105,38 @@ func Run(seed uint64, cfg Config) Result {
 	}
 	p := drawParams(seed, cfg)
 	w.applyParams(p)
+	for i, hide := range drawReplicaPlan(seed, cfg.Nodes).hideRunID {
+		w.nodes[i].srv.hideRunID = hide && !cfg.Skip["hidden-run-id"]
+	}
 	plan := w.plan(p)
+	if len(cfg.DropFaults) > 0 {
+		kept := plan[:0:0]
+		for i, f := range plan {
+			if !cfg.DropFaults[i] {
+				kept = append(kept, f)
+			}
+		}
+		plan = kept
+	}
 	res := Result{Seed: seed, Params: p.String(), Faults: len(plan)}
+	for _, f := range plan {
+		res.Plan = append(res.Plan, f.String())
+	}
+	for ci, rs := range p.roles {
+		for _, r := range rs {
+			if who := fmt.Sprintf("c%d/%s", ci, r.name); !cfg.DropWorkers[who] {
+				res.Workers = append(res.Workers, who)
+			}
+		}
+	}
+	for _, f := range plan {
+		if f.beyond {
+			res.Beyond++
+		}
+	}
+	if p.fastClock {
+		res.Beyond++
+	}
 
 	stop := make(chan struct{})
 	loopDone := make(chan struct{})
@@ -106,11 +146,17 @@ func Run(seed uint64, cfg Config) Result {
 	}()
 	g := newLedger(w.t0, w.lastFault)
 	g.forceSlack = 3 * p.nodeTimeout
+	w.g, w.quarantine = g, p.ttl+time.Duration(float64(p.ttl)*driftFactor)+2*time.Millisecond
+	w.lead = min(100*time.Millisecond, p.ttl/4) // redlock's tokenLead (MaxTTL is the ttl)
+	g.onEnter = func() { w.at(time.Now(), w.judge) }
 	if w.trace != nil {
 		g.note = func(format string, args ...any) { w.note("lock", format, args...) }
 		w.note("param", "%s", res.Params)
 	}
 	for _, f := range plan {
+		if f.kind == fFailover || f.kind == fSnapRestart {
+			w.at(w.t0.Add(f.at-f.by), func() { w.captureReplica(f) })
+		}
 		w.at(w.t0.Add(f.at), func() { w.fault(f) })
 	}
 

@@ -104,6 +104,9 @@ func (wl *workload) run(start func(ci int) *redlock.Client) {
 			var mine sync.WaitGroup
 			for ri, r := range wl.p.roles[ci] {
 				who := fmt.Sprintf("c%d/%s", ci, r.name)
+				if wl.w.cfg.DropWorkers[who] {
+					continue // shrinking: its draws are its own, the others' stay
+				}
 				seed := uint64(ci*100 + ri)
 				mine.Go(func() { wl.worker(ci, who, r, rand.New(rand.NewPCG(wl.w.seed, seed))) })
 			}
@@ -229,7 +232,7 @@ func (wl *workload) hold(ci int, who string, r role, locks []*redlock.Lock, rng 
 		}
 		d := time.Duration(rng.Int64N(int64(3 * time.Millisecond)))
 		renewed := true
-		if rng.IntN(8) == 0 { // a long hold: kept alive, or worked to the end of its validity
+		if rng.IntN(8) == 0 && !wl.w.cfg.ShortHolds { // a long hold: kept alive, or worked to the end of its validity
 			d = time.Duration(rng.Int64N(int64(3 * ttl / 2)))
 			if rng.IntN(2) == 0 {
 				// No renewals: the work stops when the lock's Context ends, at the last

@@ -42,6 +42,13 @@ type World struct {
 	forceSHA      map[string]bool
 	onGC          func(client int, until time.Time)
 	onHold        func(client int, key string, wait, hold time.Duration, fence bool)
+
+	// The state judge (backing.go): the ledger, when its next check by expiry is due, and
+	// the quarantine a node that lost data stands for its holders.
+	g          *ledger
+	judgeAt    time.Time
+	quarantine time.Duration
+	lead       time.Duration // how far from its clock a node takes a proposed token (fencing.go)
 }
 
 type worldStats struct {
@@ -98,6 +105,10 @@ type Node struct {
 	runs    int
 	fp      uint64         // the node's fingerprint (mixCmd)
 	names   map[string]int // random values by order of first use here (mixCmd)
+	lostAt  time.Time      // it last lost data (the state judge: backing.go)
+	// replicaData is its replica's data, as of replicaAt (replication.go).
+	replicaData map[string]*value
+	replicaAt   time.Time
 }
 
 type pending struct {
@@ -321,6 +332,7 @@ func (w *World) process(c *conn, data []byte) {
 	if len(out) > 0 {
 		w.toClient(c, out, 0, true)
 	}
+	w.judge()
 }
 
 // canonical puts the channels of a SUBSCRIBE or UNSUBSCRIBE of several in order. go-redis
