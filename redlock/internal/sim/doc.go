@@ -17,7 +17,7 @@
 //	faults.go     a schedule's parameters and fault plan, drawn from the seed; the fault
 //	              programs (flushall-twice, young, lateForce, lateValue)
 //	replication.go  replicas promoted behind a node's address, snapshot restarts behind a
-//	              proxy, hidden run_ids; the failover program; the known hole's SIM_SKIP
+//	              proxy, hidden run_ids; the failover program; undetectableLoss (drawn only under SIM_BEYOND)
 //	workload.go   what the clients do: every mode, cancellations, force releases, GC pauses
 //	check.go      the ledger: each mode's promise, fencing, force releases, handoff modes
 //	backing.go    the state judge: every trusted holder backed on a quorum of the nodes

@@ -38,8 +38,8 @@ func TestSim(t *testing.T) {
 			cfg.Skip[strings.TrimSpace(k)] = true
 		}
 	}
-	if os.Getenv("SIM_TIME") == "" && os.Getenv("SIM_SEED") == "" && os.Getenv("SIM_COUNT") == "" {
-		skipKinds(&cfg, knownHole) // go test: without the known hole (replication.go)
+	if !cfg.Beyond {
+		skipKinds(&cfg, undetectableLoss) // past the assumptions (replication.go)
 	}
 	if err := shrunkConfig(&cfg, os.Getenv("SIM_DROP"), os.Getenv("SIM_NOWORKERS"), os.Getenv("SIM_SHORT_HOLDS")); err != nil {
 		t.Fatal(err)

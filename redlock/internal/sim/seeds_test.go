@@ -37,8 +37,8 @@ import (
 var regressionSeeds = []struct {
 	seed uint64
 	what string
-	// replication: the seed runs with the replication faults but the known hole
-	// (replication.go, knownHole); the others without any (they were found so).
+	// replication: the seed runs with the replication faults but those past the assumptions
+	// (replication.go, undetectableLoss); the others without any (they were found so).
 	replication bool
 }{
 	// Fix: a grant carries the node's eviction count (testdata/reverts/evictcount.patch).
@@ -84,7 +84,7 @@ func TestSimSeeds(t *testing.T) {
 			c := cfg
 			c.Skip = nil
 			if r.replication {
-				skipKinds(&c, knownHole)
+				skipKinds(&c, undetectableLoss)
 			} else {
 				skipKinds(&c, replicationFaults)
 			}
