@@ -222,6 +222,10 @@ func (s *site) load(t *testing.T, cfg []byte) {
 		if err := caddy.Stop(); err != nil {
 			t.Errorf("stopping caddy: %v", err)
 		}
+		// Requests still draining keep their lockers open for a ttl after the stop; the
+		// admin API of the next test asks every open locker (a force release), and this
+		// test's nodes stop next. So the test ends once they are gone (at most 15 s).
+		eventually(15*time.Second, func() bool { return len(inflightRequests()) == 0 })
 		s.logOnFailure(t)
 	})
 	waitListening(t, s.port)
