@@ -100,17 +100,27 @@ func (c *caseSpec) enforcingEntry(q request, key string) bool {
 	if c.lock.dryRun {
 		return false
 	}
+	if !c.anyDry() {
+		return true // no dry-run block: every entry is an enforcing block's
+	}
+	// With a dry-run block, only an entry no dry-run block renders is surely an
+	// enforcing block's (seed 48166420: both rendered {x:c:b}, and the enforcing one
+	// took the key only after the force released the dry-run lock).
 	entry := strings.Fields(key)
-	for _, b := range c.blocks {
-		if b.dryRun {
-			continue
-		}
+	same := func(b block) bool {
 		ks := c.keyOf(b.keys, q.keyID)
-		if len(ks) == len(entry) && !slices.ContainsFunc(entry, func(k string) bool { return !slices.Contains(ks, k) }) {
-			return true
+		return len(ks) == len(entry) && !slices.ContainsFunc(entry, func(k string) bool { return !slices.Contains(ks, k) })
+	}
+	enforcing := false
+	for _, b := range c.blocks {
+		if same(b) {
+			if b.dryRun {
+				return false
+			}
+			enforcing = true
 		}
 	}
-	return !c.anyDry() // no dry-run block: every entry is an enforcing block's
+	return enforcing
 }
 
 func (c *caseSpec) keysOf(q request, role string, enforcedOnly bool) []string {
