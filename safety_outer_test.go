@@ -241,6 +241,7 @@ func TestClientGoneDuringInterceptRouteDrains(t *testing.T) {
 // ttl, longer than the error route's work. Request 2 of the key, sent directly, must not
 // overlap the included request's fallback.
 func TestVirtualRequestErrorRouteDrains(t *testing.T) {
+	skipShort(t)
 	servers := redistest.StartN(t, 3)
 	wl := newWorkLog()
 	up := serveOn(t, func(w http.ResponseWriter, r *http.Request) {
