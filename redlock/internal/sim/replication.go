@@ -36,7 +36,7 @@ import (
 // replicationFaults are the fault kinds (SIM_SKIP names) of this file. The regression
 // seeds (TestSimSeeds) were found without them and leave them out: their schedules are
 // then those of before this file.
-var replicationFaults = []string{"failover-program", "failover", "snapshot-restart", "hidden-run-id"}
+var replicationFaults = []string{"failover-program", "rollback-program", "failover", "snapshot-restart", "hidden-run-id"}
 
 // undetectableLoss are the faults by which a node goes back in time with nothing a
 // client can see in time: a promoted lagging replica or a snapshot restart behind a proxy
@@ -143,6 +143,9 @@ func (w *World) failover(f fault) {
 		data = map[string]*value{}
 	}
 	n.replicaData = nil
+	if !w.rollbackRuns(f, data) {
+		return
+	}
 	w.replace(n, f.dur, data, !f.cut, false)
 }
 
@@ -155,6 +158,9 @@ func (w *World) snapRestart(f fault) {
 		data = map[string]*value{}
 	}
 	n.replicaData = nil
+	if !w.rollbackRuns(f, data) {
+		return
+	}
 	w.replace(n, f.dur, data, true, true)
 }
 
