@@ -132,6 +132,9 @@ type fault struct {
 	key    string
 	fence  bool // a hold with fencing (its first try runs the acquire script)
 	cut    bool // a failover that cuts the clients' connections (else a proxy keeps them)
+	// guard: the rollback program's replacement, run only if every client read the node
+	// past what comes back (rollback_program.go, rollbackCovered)
+	guard bool
 	// beyond: past the stated assumptions (SIM_BEYOND): a majority restarted at once, a
 	// clock jump, a loss past the budget. Violations of a schedule with one are counted
 	// apart (Result.Beyond).
@@ -205,13 +208,17 @@ func (w *World) plan(p params) []fault {
 	if prog, from, to := w.lateValue(p, quiet); len(prog) > 0 {
 		program, quiet = append(program, prog...), append(quiet, [2]time.Duration{from, to})
 	}
-	// The failover program (replication.go) after the other programs, before the random
-	// faults (which then keep to the loss budget with it).
-	if prog, from, to := w.failoverProgram(p, quiet, lossOK); len(prog) > 0 {
-		program, quiet = append(program, prog...), append(quiet, [2]time.Duration{from, to})
-		for _, f := range prog {
-			if f.kind == fFailover || f.kind == fSnapRestart {
-				losses = append(losses, f)
+	// The failover and rollback programs (replication.go, rollback_program.go) after the
+	// other programs, before the random faults (which then keep to the loss budget with
+	// them).
+	for _, program1 := range []func(params, [][2]time.Duration, func(time.Duration, int) bool) ([]fault, time.Duration, time.Duration){
+		w.failoverProgram, w.rollbackProgram} {
+		if prog, from, to := program1(p, quiet, lossOK); len(prog) > 0 {
+			program, quiet = append(program, prog...), append(quiet, [2]time.Duration{from, to})
+			for _, f := range prog {
+				if f.kind == fFailover || f.kind == fSnapRestart {
+					losses = append(losses, f)
+				}
 			}
 		}
 	}

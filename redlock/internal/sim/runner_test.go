@@ -150,7 +150,7 @@ func report(t *testing.T, res Result, cfg Config) {
 }
 
 func summary(t *testing.T, results []Result, took time.Duration, cfg Config, again map[uint64][2]int, more string) {
-	var viol, failed, ops, acq, cmds, stale, joins, past, pastViol int64
+	var viol, failed, ops, acq, cmds, stale, joins, past, pastViol, rb, rbOut int64
 	kinds := map[string]int{}
 	var seeds []string
 	for _, r := range results {
@@ -171,13 +171,15 @@ func summary(t *testing.T, results []Result, took time.Duration, cfg Config, aga
 		cmds += r.Commands
 		stale += int64(r.Stale[0])
 		joins += r.Joins
+		rb += int64(r.Rollbacks)
+		rbOut += int64(r.RollbacksLeftOut)
 	}
 	n := int64(max(len(results), 1))
 	var ru syscall.Rusage
 	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
 	cpu := time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-	line := fmt.Sprintf("SIM schedules=%d violations=%d failed_seeds=%d ops_per_schedule=%d acquires_per_schedule=%d commands_per_schedule=%d stale_writes_refused=%d joins_under_force=%d real=%v cpu=%v",
-		len(results), viol, failed, ops/n, acq/n, cmds/n, stale, joins, took.Round(time.Millisecond), cpu.Round(time.Millisecond))
+	line := fmt.Sprintf("SIM schedules=%d violations=%d failed_seeds=%d ops_per_schedule=%d acquires_per_schedule=%d commands_per_schedule=%d stale_writes_refused=%d joins_under_force=%d rollbacks=%d rollbacks_left_out=%d real=%v cpu=%v",
+		len(results), viol, failed, ops/n, acq/n, cmds/n, stale, joins, rb, rbOut, took.Round(time.Millisecond), cpu.Round(time.Millisecond))
 	if cfg.Beyond {
 		// Counted apart: the violations of schedules with a fault past the assumptions
 		// are expected; those of the others are not.

@@ -65,6 +65,10 @@ type Result struct {
 	// clock past the drift bound, a clock jump, a majority restarted, a loss past the
 	// budget): its violations are counted apart, as expected.
 	Beyond int
+	// Rollbacks and RollbacksLeftOut: the rollback program's replacements run, and left
+	// out because a client had not read the node far enough past what came back
+	// (rollback_program.go).
+	Rollbacks, RollbacksLeftOut int
 	// Fingerprint is a hash of every command the nodes ran, in order, with its instant,
 	// node and connection: two runs of a seed agree on it when they ran the same
 	// schedule. Equivalent is the nodes' own (World.mixCmd): every node ran the same
@@ -189,6 +193,7 @@ func Run(seed uint64, cfg Config) Result {
 	res.Joins = wl.joins.Load()
 	res.Commands = w.stats.requests.Load()
 	res.Stale = [2]int{g.staleRefused, g.staleAccepted}
+	res.Rollbacks, res.RollbacksLeftOut = w.rollbacks, w.rollbacksLeftOut
 	res.Fingerprint, res.Equivalent = w.fingerprints()
 	if w.trace != nil {
 		res.Trace = w.trace.lines

@@ -82,6 +82,14 @@ func (wl *workload) run(start func(ci int) *redlock.Client) {
 		})
 	}
 	wl.w.onForceLanded = wl.g.forceLanded
+	wl.w.seqRead = func(ci int, addr string) (int64, bool) {
+		select {
+		case <-wl.ready[ci]: // clients[ci] is set
+			return clientSeqRead(wl.clients[ci], addr), true
+		default:
+			return 0, false
+		}
+	}
 	wl.w.onGC = func(ci int, until time.Time) {
 		wl.mu.Lock()
 		wl.paused[ci] = until

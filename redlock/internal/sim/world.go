@@ -42,6 +42,11 @@ type World struct {
 	forceSHA      map[string]bool
 	onGC          func(client int, until time.Time)
 	onHold        func(client int, key string, wait, hold time.Duration, fence bool)
+	// seqRead is the highest write sequence client ci took in from the node at addr,
+	// false before the client started (the rollback program: rollback_program.go).
+	seqRead func(ci int, addr string) (int64, bool)
+	// rollbacks: the rollback program's replacements run and left out.
+	rollbacks, rollbacksLeftOut int
 
 	// The state judge (backing.go): the ledger, when its next check by expiry is due, and
 	// the quarantine a node that lost data stands for its holders.

@@ -150,6 +150,7 @@ func run() int {
 		line += fmt.Sprintf(" beyond_schedules=%.0f beyond_violations=%.0f within_violations=%.0f",
 			totals["beyond_schedules"], totals["beyond_violations"], totals["within_violations"])
 	}
+	line += fmt.Sprintf(" rollbacks=%.0f rollbacks_left_out=%.0f", totals["rollbacks"], totals["rollbacks_left_out"])
 	if firstAt > 0 {
 		line += fmt.Sprintf(" first_violation_after=%v(~%d_schedules)", firstAt.Round(time.Second), firstNth)
 	}
