@@ -18,6 +18,8 @@ package main
 //     body after it, and no byte written after it reaches the client (a response
 //     answered as if whole after a loss is one of those).
 //   - dry run: never refused (423/503), never cut by a loss.
+//   - liveness: no request is refused as busy (423) after a wait in which no other
+//     request of the case worked on its keys: it waited for its own lock.
 //   - held: after the case no request of it waits or holds in /redlock/locks, no lock key
 //     of it stays on the nodes (a drain's ttl and a margin allowed).
 
@@ -434,6 +436,8 @@ func (c *caseSpec) judge(works []work, outs []outcome, f faults, leftLocks, left
 			}
 		}
 	}
+
+	c.judgeLiveness(&v, works, outs, f, end)
 
 	for _, l := range leftLocks {
 		v.add("held: after the case, /redlock/locks still lists %s", l)

@@ -39,7 +39,7 @@ func errorShape(s string) bool {
 // drawMix makes the case's second block name the outer's keys and differ in one option,
 // and fits the ending to it.
 func (c *caseSpec) drawMix(r *rand.Rand) {
-	mixes := []string{mixDry, mixLimit, mixMode, mixMaxHold}
+	mixes := []string{mixDry, mixDry, mixLimit, mixMode, mixMaxHold}
 	if errorShape(c.shape) && c.blocks[1].where == "error" {
 		mixes = append(mixes, mixFastCGIErr, mixFastCGIErr)
 	}
@@ -98,7 +98,8 @@ func (c *caseSpec) fixMixRequests() {
 	case mixMaxHold:
 		// Attentive and long: cut at 300 ms, it would otherwise stream for 1.5 s.
 		long = "d=1500ms,stream"
-	case mixFastCGIErr:
+	case mixFastCGIErr, mixDry:
+		// Under the second block as the force comes (80-230 ms).
 		long = "d=700ms,stream"
 	default:
 		return
