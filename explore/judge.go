@@ -7,7 +7,9 @@ package main
 //   - exclusion: two pieces of work of different requests on one key (the keys the
 //     request must hold, by the judge's own model of the route: modelKeys) that their
 //     modes forbid at once: exclusive with anything, a writer with readers, more than n
-//     under limit n. Work counts from its arrival to its end by the upstream's account,
+//     under limit n; where the blocks around a piece of work differ (mix.go), by the
+//     strictest of the enforcing ones naming the key (holdOf). Work counts from its
+//     arrival to its end by the upstream's account,
 //     work after the client or Caddy gave up included. Allowance: attentive work of a
 //     request whose key was taken from under it (force release) counts until the fault.
 //   - tokens: with fencing, locked work carries a token, and none below one the upstream

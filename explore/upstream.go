@@ -1,9 +1,10 @@
 package main
 
 // The upstream the explorer's routes reach: HTTP listeners (two, so that reverse_proxy
-// has another upstream to retry on) and a FastCGI responder (Go's net/http/fcgi) that
-// all write one work log. Each piece of work is recorded from its arrival to its end by
-// the upstream's own account (work after the client or Caddy gave up included), with
+// has another upstream to retry on) and a FastCGI responder (Go's net/http/fcgi, working
+// as PHP-FPM does: once its stdin is whole) that all write one work log. Each piece of
+// work is recorded from its arrival to its end by the upstream's own account (work after
+// the client or Caddy gave up included), with
 // the fencing token it carried. What a piece of work does is told by headers the
 // explorer's requests carry (X-Work, X-Work-First: workSpec).
 
