@@ -84,7 +84,11 @@ func (cl *clients) send(base string, lane string, q request, slowBody time.Durat
 		body = strings.NewReader("payload " + q.id)
 		if q.client == "slowbody" {
 			pr, pw := io.Pipe()
-			go trickle(ctx, pw, slowBody)
+			head := ""
+			if q.sized {
+				head = strings.Repeat("h", sizedHead-1) + "\n"
+			}
+			go trickle(ctx, pw, head, slowBody)
 			body = pr
 		}
 	}
@@ -95,6 +99,12 @@ func (cl *clients) send(base string, lane string, q request, slowBody time.Durat
 	}
 	if q.client == "slowbody" {
 		req.ContentLength = -1
+		if q.sized {
+			req.ContentLength = int64(sizedHead + trickleLen)
+		}
+	}
+	if q.errWork != "" {
+		req.Header.Set("X-Work-Err", q.errWork)
 	}
 	req.Header.Set("X-Req-Id", q.id)
 	req.Header.Set("X-Work", q.work)
@@ -149,9 +159,21 @@ func (o *outcome) readLine(l string) {
 	}
 }
 
-// trickle writes a body in pieces over d, then ends it.
-func trickle(ctx context.Context, w *io.PipeWriter, d time.Duration) {
+// A sized slow body (request.sized): its head, sent at once, is more than the 4 KiB
+// Caddy's FastCGI transport buffers before it dials; the pieces follow.
+const (
+	sizedHead  = 5000
+	trickleLen = 4 * len("piece 0\n") // the pieces trickle writes
+)
+
+// trickle writes head, then a body in pieces over d, then ends it.
+func trickle(ctx context.Context, w *io.PipeWriter, head string, d time.Duration) {
 	const pieces = 4
+	if head != "" {
+		if _, err := io.WriteString(w, head); err != nil {
+			return
+		}
+	}
 	for i := range pieces {
 		if _, err := fmt.Fprintf(w, "piece %d\n", i); err != nil {
 			return

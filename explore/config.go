@@ -43,11 +43,12 @@ func (c *caseSpec) redlockBlock(e *env, b block, indent string) string {
 	}
 	add("ttl %s", caseTTL)
 	add("wait %s", caseWait)
-	switch c.lock.mode {
+	mode, limit := c.modeOf(b)
+	switch mode {
 	case modeShared:
 		add("shared GET")
 	case modeLimit:
-		add("limit %d", c.lock.limit)
+		add("limit %d", limit)
 	}
 	if c.lock.fencing {
 		add("fencing")
@@ -55,13 +56,21 @@ func (c *caseSpec) redlockBlock(e *env, b block, indent string) string {
 	if c.lock.dryRun || b.dryRun {
 		add("dry_run")
 	}
-	if c.lock.maxHold {
+	if c.lock.maxHold || b.maxHold {
 		add("max_hold %s", maxHoldTime)
 	}
 	if c.lock.bypass {
 		add("on_unavailable bypass")
 	}
 	return indent + "redlock {\n" + indent + "\t" + strings.Join(lines, "\n"+indent+"\t") + "\n" + indent + "}\n"
+}
+
+// modeOf is a block's mode and limit: its own where the mix gives it one, else the case's.
+func (c *caseSpec) modeOf(b block) (string, int) {
+	if b.mode != "" {
+		return b.mode, b.limit
+	}
+	return c.lock.mode, c.lock.limit
 }
 
 // blockAt returns the case's block at where, if any.
@@ -103,8 +112,15 @@ func (c *caseSpec) errorRoute(e *env, role, work string, extra ...string) string
 	if b, ok := c.blockAt("error"); ok {
 		s += c.redlockBlock(e, b, "")
 	}
+	if c.mix != "" && work != "" {
+		work = "{http.request.header.X-Work-Err}" // the request's own (fixMixRequests)
+	}
 	if work != "" {
 		extra = append(extra, "header_up -X-Work-First", "header_up X-Work \""+work+"\"")
+	}
+	if c.mix == mixFastCGIErr {
+		// A FastCGI application (mix.go): only the served block's watch can refuse its writes.
+		return s + proxy(e.fcgi, role, append(extra, "flush_interval -1", "transport fastcgi")...)
 	}
 	return s + proxy(e.up, role, extra...)
 }

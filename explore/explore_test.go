@@ -60,3 +60,26 @@ func TestEveryShapeAndEndingDrawn(t *testing.T) {
 	}
 	t.Logf("first seed of each: %v", seen)
 }
+
+// Every mix (blocks of one case that differ on one key: mix.go) is drawn within a few
+// hundred seeds, with its second block on the outer's keys.
+func TestEveryMixDrawn(t *testing.T) {
+	avoidIssue38 = false
+	count := map[string]int{}
+	for seed := uint64(1); seed < 2000; seed++ {
+		c := generate(seed)
+		if c.mix == "" {
+			continue
+		}
+		count[c.mix]++
+		if c.blocks[1].keys != c.blocks[0].keys {
+			t.Fatalf("seed %d: mix %s with keys %s and %s", seed, c.mix, c.blocks[0].keys, c.blocks[1].keys)
+		}
+	}
+	for _, m := range []string{mixDry, mixLimit, mixMode, mixMaxHold, mixFastCGIErr} {
+		if count[m] == 0 {
+			t.Errorf("mix %s never drawn in 2000 seeds", m)
+		}
+	}
+	t.Logf("mixes in 2000 seeds: %v", count)
+}

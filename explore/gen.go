@@ -100,6 +100,11 @@ type block struct {
 	where  string // "outer", "inner", "error" (in handle_errors / intercept / handle_response)
 	keys   string // a keyKind
 	dryRun bool   // this block alone is a dry run (mixedDry: the outer block of a case)
+	// Options of this block alone, where the case's blocks differ (mix): mode "" is the
+	// case's mode (and limit); maxHold gives this block alone max_hold.
+	mode    string
+	limit   int
+	maxHold bool
 }
 
 // spec is the lock options every block of the case has.
@@ -120,8 +125,13 @@ type request struct {
 	method  string
 	at      time.Duration // when it is sent, from the case's start
 	work    string        // X-Work
+	errWork string        // X-Work-Err: the work of the case's error route, where the mix sets it
 	first   string        // X-Work-First (the retry shape's slow first attempt)
 	client  string        // "normal", "abort", "slowbody", "expect", "h2c"
+	// sized: a slow body with its length told (Content-Length) whose first 5000 bytes come
+	// at once: Caddy's FastCGI transport buffers the first 4 KiB, then streams the rest
+	// to the application as it arrives (a trickled body of unknown length it buffers whole).
+	sized   bool
 	abortAt time.Duration // for "abort": when the client leaves, from its send
 }
 
@@ -139,6 +149,8 @@ type caseSpec struct {
 	// nestedRetry: the handle_response shape's second hop retries (lb_retries 1,
 	// response_header_timeout) after a slow first attempt.
 	nestedRetry bool
+	// mix: how the case's two blocks differ on one key (mix.go; "" none).
+	mix string
 }
 
 // generate draws the case of seed.
@@ -150,6 +162,11 @@ func generate(seed uint64) *caseSpec {
 		c.shape = shapeHandleErrors // issue 38 item 6
 	}
 	c.ending = pick(r, endings)
+	if c.shape == shapeFastCGI && r.IntN(3) == 0 {
+		// A body whose rest arrives after a loss, behind an application that reads its
+		// whole stdin before it works (PHP-FPM): issue 38 item 7.
+		c.ending = endBodyAfter
+	}
 	c.fixEnding(r)
 
 	switch p := r.IntN(10); {
@@ -178,7 +195,7 @@ func generate(seed uint64) *caseSpec {
 	}
 	switch c.shape {
 	case shapeHandleErrors, shapeSubrouteErrors, shapeIntercept, shapeHandleResponse:
-		if r.IntN(2) == 0 {
+		if r.IntN(3) != 0 {
 			c.blocks = append(c.blocks, block{where: "error", keys: second()})
 		}
 	}
@@ -187,12 +204,20 @@ func generate(seed uint64) *caseSpec {
 	if len(c.blocks) > 1 && !c.lock.dryRun && r.IntN(4) == 0 {
 		c.blocks[0].dryRun = true
 	}
+	// Half the cases with two blocks put one key in both, differing in one option (mix.go).
+	if len(c.blocks) > 1 && !c.lock.dryRun && !avoidIssue38 && r.IntN(2) == 0 {
+		c.drawMix(r)
+	}
 
 	n := 2 + r.IntN(3)
+	if c.mix == mixLimit {
+		n = 4 // three at once to pass limit 2
+	}
 	for i := range n {
 		c.reqs = append(c.reqs, c.drawRequest(r, i))
 	}
 	c.fixRequests(r)
+	c.fixMixRequests()
 	return c
 }
 
@@ -227,6 +252,7 @@ func (c *caseSpec) drawRequest(r *rand.Rand, i int) request {
 		q.client, q.abortAt = "abort", time.Duration(30+r.IntN(150))*time.Millisecond
 	case p < 8:
 		q.client, q.method = "slowbody", "POST"
+		q.sized = c.shape == shapeFastCGI
 	case p < 9:
 		q.client, q.method = "expect", "POST"
 	default:
@@ -260,6 +286,7 @@ func (c *caseSpec) fixRequests(r *rand.Rand) {
 		c.target = c.keyOf(c.blocks[0].keys, q.keyID)[0]
 		if c.ending == endBodyAfter {
 			q.client, q.method = "slowbody", "POST"
+			q.sized = c.shape == shapeFastCGI
 			c.faultAt = time.Duration(250+r.IntN(300)) * time.Millisecond // the body takes 900 ms
 		}
 		if c.ending == endOutage {

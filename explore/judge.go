@@ -7,7 +7,9 @@ package main
 //   - exclusion: two pieces of work of different requests on one key (the keys the
 //     request must hold, by the judge's own model of the route: modelKeys) that their
 //     modes forbid at once: exclusive with anything, a writer with readers, more than n
-//     under limit n. Work counts from its arrival to its end by the upstream's account,
+//     under limit n; where the blocks around a piece of work differ (mix.go), by the
+//     strictest of the enforcing ones naming the key (holdOf). Work counts from its
+//     arrival to its end by the upstream's account,
 //     work after the client or Caddy gave up included. Allowance: attentive work of a
 //     request whose key was taken from under it (force release) counts until the fault.
 //   - tokens: with fencing, locked work carries a token, and none below one the upstream
@@ -18,6 +20,8 @@ package main
 //     body after it, and no byte written after it reaches the client (a response
 //     answered as if whole after a loss is one of those).
 //   - dry run: never refused (423/503), never cut by a loss.
+//   - liveness: no request is refused as busy (423) after a wait in which no other
+//     request of the case worked on its keys: it waited for its own lock.
 //   - held: after the case no request of it waits or holds in /redlock/locks, no lock key
 //     of it stays on the nodes (a drain's ttl and a margin allowed).
 
@@ -123,19 +127,24 @@ func (c *caseSpec) enforcingEntry(q request, key string) bool {
 	return enforcing
 }
 
-func (c *caseSpec) keysOf(q request, role string, enforcedOnly bool) []string {
-	var keys []string
+// blocksOver is the blocks around a piece of work the route sent with role: the outer
+// and inner ones around all of it, an error route's only around that route's work.
+func (c *caseSpec) blocksOver(role string) []block {
+	var out []block
 	for _, b := range c.blocks {
-		if enforcedOnly && b.dryRun {
+		if b.where == "error" && !(role == "error" || role == "intercept" || (c.shape == shapeHandleResponse && role == "work")) {
 			continue
 		}
-		switch b.where {
-		case "outer":
-		case "inner":
-		case "error":
-			if !(role == "error" || role == "intercept" || (c.shape == shapeHandleResponse && role == "work")) {
-				continue
-			}
+		out = append(out, b)
+	}
+	return out
+}
+
+func (c *caseSpec) keysOf(q request, role string, enforcedOnly bool) []string {
+	var keys []string
+	for _, b := range c.blocksOver(role) {
+		if enforcedOnly && b.dryRun {
+			continue
 		}
 		for _, k := range c.keyOf(b.keys, q.keyID) {
 			if !slices.Contains(keys, k) {
@@ -146,18 +155,62 @@ func (c *caseSpec) keysOf(q request, role string, enforcedOnly bool) []string {
 	return keys
 }
 
-func (c *caseSpec) holder(q request) holderKind {
+// hold is how a piece of work holds a key: by the strictest rule of the enforcing blocks
+// around it that name the key (blocks of one case may differ in mode and limit: mix.go).
+// A dry-run block is no lock at all. Exclusive (a writer of a shared lock too) is
+// stricter than a limit, a limit stricter than a reader, limit n stricter than limit m > n.
+type hold struct {
+	kind holderKind
+	n    int // limit n
+}
+
+func (c *caseSpec) holdOf(q request, role, key string) hold {
 	method := q.method
 	if c.shape == shapeTemplates {
 		method = "GET" // the virtual request httpInclude makes
 	}
-	switch {
-	case c.lock.mode == modeShared && method == "GET":
-		return holdReader
-	case c.lock.mode == modeLimit:
-		return holdLimited
+	var h hold
+	found := false
+	for _, b := range c.blocksOver(role) {
+		if b.dryRun || c.lock.dryRun || !slices.Contains(c.keyOf(b.keys, q.keyID), key) {
+			continue
+		}
+		mode, n := c.modeOf(b)
+		k := hold{kind: holdExclusive}
+		switch {
+		case mode == modeShared && method == "GET":
+			k = hold{kind: holdReader}
+		case mode == modeLimit:
+			k = hold{kind: holdLimited, n: n}
+		}
+		switch {
+		case !found:
+			h, found = k, true
+		case k.kind == holdExclusive || h.kind == holdExclusive:
+			h = hold{kind: holdExclusive}
+		case k.kind == holdLimited && h.kind == holdLimited:
+			h.n = min(h.n, k.n)
+		case k.kind == holdLimited:
+			h = k
+		}
 	}
-	return holdExclusive
+	if !found {
+		return hold{kind: holdExclusive} // not reached: the key is an enforcing block's
+	}
+	return h
+}
+
+// underMaxHold reports whether work of role runs under an enforcing block with max_hold.
+func (c *caseSpec) underMaxHold(role string) bool {
+	if c.lock.dryRun {
+		return false
+	}
+	for _, b := range c.blocksOver(role) {
+		if !b.dryRun && (c.lock.maxHold || b.maxHold) {
+			return true
+		}
+	}
+	return false
 }
 
 func (c *caseSpec) request(id string) (request, bool) {
@@ -172,15 +225,15 @@ func (c *caseSpec) request(id string) (request, bool) {
 // lossAt is when q's lock was surely lost (zero: never), and whether the key was taken
 // from under it (external: the allowance of the exclusion rule). A loss a timer strikes
 // (max_hold) is given slackTimer more.
-func (c *caseSpec) lossAt(q request, works []work, f faults) (at time.Time, external bool) {
-	at, external, timer := c.lossAtTimer(q, works, f)
+func (c *caseSpec) lossAt(q request, role string, works []work, f faults) (at time.Time, external bool) {
+	at, external, timer := c.lossAtTimer(q, role, works, f)
 	if timer {
 		at = at.Add(slackTimer)
 	}
 	return at, external
 }
 
-func (c *caseSpec) lossAtTimer(q request, works []work, f faults) (at time.Time, external, timer bool) {
+func (c *caseSpec) lossAtTimer(q request, role string, works []work, f faults) (at time.Time, external, timer bool) {
 	// The first work of q under an enforcing lock of the forced key (or of any key): work
 	// of a dry-run block's role holds nothing, and an enforcing block behind it takes a
 	// lock of its own, fresh if it comes after the force.
@@ -202,7 +255,9 @@ func (c *caseSpec) lossAtTimer(q request, works []work, f faults) (at time.Time,
 			at, external, timer = t, true, true // the validity's timer cuts
 		}
 	}
-	if c.lock.maxHold && !first.IsZero() && len(c.enforcedKeys(q, "work")) > 0 {
+	// max_hold: counted from the request's first locked work (its acquire came before);
+	// it cuts only the work under a block that has it (mix.go: one block of two may).
+	if c.underMaxHold(role) && !first.IsZero() && len(c.enforcedKeys(q, role)) > 0 {
 		if t := first.Add(maxHoldTime); at.IsZero() || t.Before(at) {
 			at, external, timer = t, false, true
 		}
@@ -234,7 +289,7 @@ func (c *caseSpec) judge(works []work, outs []outcome, f faults, leftLocks, left
 		type span struct {
 			w        work
 			from, to time.Time
-			kind     holderKind
+			kind     hold
 		}
 		byKey := map[string][]span{}
 		for _, w := range works {
@@ -248,11 +303,11 @@ func (c *caseSpec) judge(works []work, outs []outcome, f faults, leftLocks, left
 			// With EXPLORE_AVOID=issue38, an error route running as the loss struck is not
 			// asked to stop (issue 38 rule 1); one that starts after it is judged in full.
 			stopped := w.how == endCancelled || w.via == "fcgi" || (avoidIssue38 && errorRole(w.role) && w.start.Before(f.forceStart))
-			if at, ext := c.lossAt(q, works, f); ext && stopped && !f.forceStart.IsZero() && to.After(f.forceStart) && at == f.forceDone {
+			if at, ext := c.lossAt(q, w.role, works, f); ext && stopped && !f.forceStart.IsZero() && to.After(f.forceStart) && at == f.forceDone {
 				to = f.forceStart
 			}
 			for _, k := range c.enforcedKeys(q, w.role) {
-				byKey[k] = append(byKey[k], span{w, w.start, to, c.holder(q)})
+				byKey[k] = append(byKey[k], span{w, w.start, to, c.holdOf(q, w.role, k)})
 			}
 		}
 		for k, ss := range byKey {
@@ -267,25 +322,27 @@ func (c *caseSpec) judge(works []work, outs []outcome, f faults, leftLocks, left
 				}
 				bad := ""
 				for _, b := range with {
-					if (a.kind == holdExclusive || b.kind == holdExclusive) && (a.w.start.Before(b.w.start) || (a.w.start.Equal(b.w.start) && a.w.req < b.w.req)) {
+					if (a.kind.kind == holdExclusive || b.kind.kind == holdExclusive) && (a.w.start.Before(b.w.start) || (a.w.start.Equal(b.w.start) && a.w.req < b.w.req)) {
 						// Each pair once: from the one that started first.
-						bad = fmt.Sprintf("%s (%s) and %s (%s)", describe(a.w), kindName(a.kind), describe(b.w), kindName(b.kind))
+						bad = fmt.Sprintf("%s (%s) and %s (%s)", describe(a.w), kindName(a.kind.kind), describe(b.w), kindName(b.kind.kind))
 						break
 					}
 				}
-				if bad == "" && a.kind == holdLimited {
-					// More than n requests at the moment a started?
+				if bad == "" && a.kind.kind == holdLimited {
+					// More than n requests at the moment a started, n the strictest limit
+					// of any of them?
 					reqs := map[string]bool{a.w.req: true}
 					var who []string
+					limit := a.kind.n
 					for _, b := range with {
-						if !b.from.After(a.from) && b.to.After(a.from) && !reqs[b.w.req] {
+						if b.kind.kind == holdLimited && !b.from.After(a.from) && b.to.After(a.from) && !reqs[b.w.req] {
 							reqs[b.w.req] = true
 							who = append(who, describe(b.w))
+							limit = min(limit, b.kind.n)
 						}
 					}
-					n := len(reqs)
-					if n > c.lock.limit {
-						bad = fmt.Sprintf("%s started while %d others held it under limit %d: %s", describe(a.w), n-1, c.lock.limit, strings.Join(who, ", "))
+					if n := len(reqs); n > limit {
+						bad = fmt.Sprintf("%s started while %d others held it under limit %d: %s", describe(a.w), n-1, limit, strings.Join(who, ", "))
 					}
 				}
 				if bad != "" && !reported[bad] {
@@ -313,11 +370,11 @@ func (c *caseSpec) judge(works []work, outs []outcome, f faults, leftLocks, left
 				v.add("tokens: %s reached the fenced upstream without a fencing token", describe(w))
 				continue
 			}
-			if c.holder(q) != holdExclusive {
-				continue
-			}
 			keys := c.modelKeys(q, w.role)
 			for k, tok := range parseTokens(w.token, keys) {
+				if c.holdOf(q, w.role, k).kind != holdExclusive {
+					continue
+				}
 				if b, ok := best[k]; ok && tok < b.tok && b.req != w.req {
 					v.add("tokens: %s carried token %d for %s, below %d already accepted from %s", describe(w), tok, k, b.tok, b.req)
 				}
@@ -334,29 +391,33 @@ func (c *caseSpec) judge(works []work, outs []outcome, f faults, leftLocks, left
 	// After a loss, and Caddy stopping.
 	if !c.lock.dryRun {
 		for _, q := range c.reqs {
-			at, _ := c.lossAt(q, works, f)
-			if !at.IsZero() {
-				for _, w := range works {
-					if w.req != q.id {
-						continue
-					}
+			// The loss is per piece of work: a max_hold cuts only what runs under a block
+			// that has it (mix.go: one block of two may).
+			roleOf := map[int]string{}
+			for _, w := range works {
+				if w.req != q.id {
+					continue
+				}
+				roleOf[w.n] = w.role
+				if at, _ := c.lossAt(q, w.role, works, f); !at.IsZero() {
 					if w.start.After(at.Add(slackStart)) {
 						v.add("after loss: %s started %s after its lock was surely lost", describe(w), ms(w.start.Sub(at)))
 					}
 					if !w.bodyEnd.IsZero() && w.start.Before(at) && w.bodyEnd.After(at.Add(slackCancel)) && !(avoidIssue38 && w.via == "fcgi") {
 						v.add("after loss: %s got the rest of its request body %s after its lock was lost", describe(w), ms(w.bodyEnd.Sub(at)))
 					}
-					if !w.spec.deaf && w.via != "fcgi" && !(avoidIssue38 && errorRole(w.role)) && w.start.Before(at) && end(w).After(at.Add(slackCancel)) && !c.lock.maxHold {
+					if !w.spec.deaf && w.via != "fcgi" && !(avoidIssue38 && errorRole(w.role)) && w.start.Before(at) && end(w).After(at.Add(slackCancel)) && !c.underMaxHold(w.role) {
 						v.add("after loss: attentive %s went on %s after its lock was lost", describe(w), ms(end(w).Sub(at)))
 					}
 				}
 			}
 			for _, o := range outs {
-				if o.req != q.id || at.IsZero() {
+				if o.req != q.id {
 					continue
 				}
 				for _, ref := range o.chunks {
-					if t, ok := chunkAt[ref]; ok && t.After(at.Add(slackBytes)) {
+					at, _ := c.lossAt(q, roleOf[ref.n], works, f)
+					if t, ok := chunkAt[ref]; ok && !at.IsZero() && t.After(at.Add(slackBytes)) {
 						v.add("after loss: %s's client got chunk %d of piece %d, written %s after the loss (whole: %v)", q.id, ref.i, ref.n, ms(t.Sub(at)), o.whole)
 						break
 					}
@@ -377,6 +438,8 @@ func (c *caseSpec) judge(works []work, outs []outcome, f faults, leftLocks, left
 			}
 		}
 	}
+
+	c.judgeLiveness(&v, works, outs, f, end)
 
 	for _, l := range leftLocks {
 		v.add("held: after the case, /redlock/locks still lists %s", l)

@@ -42,6 +42,15 @@ func (r result) report(out io.Writer) {
 		if bl.dryRun {
 			b.WriteString("(dry_run)")
 		}
+		if bl.mode != "" {
+			fmt.Fprintf(&b, "(%s %d)", bl.mode, bl.limit)
+		}
+		if bl.maxHold {
+			b.WriteString("(max_hold)")
+		}
+	}
+	if c.mix != "" {
+		fmt.Fprintf(&b, " mix=%s", c.mix)
 	}
 	fmt.Fprintf(&b, "\nrequests:\n")
 	for _, q := range c.reqs {
@@ -50,6 +59,12 @@ func (r result) report(out io.Writer) {
 			fmt.Fprintf(&b, " (leaves after %dms)", q.abortAt.Milliseconds())
 		}
 		fmt.Fprintf(&b, " X-Work=%q", q.work)
+		if q.errWork != "" {
+			fmt.Fprintf(&b, " X-Work-Err=%q", q.errWork)
+		}
+		if q.sized {
+			b.WriteString(" (body of known length)")
+		}
 		if q.first != "" {
 			fmt.Fprintf(&b, " X-Work-First=%q", q.first)
 		}

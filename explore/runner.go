@@ -105,7 +105,7 @@ func run(out io.Writer, o options) int {
 			cases++
 			shapeCount[r.c.shape]++
 			if o.verbose {
-				fmt.Fprintf(out, "case %d %s/%s/%s: %d violations\n", r.c.seed, r.c.shape, r.c.ending, r.c.lock.mode, len(r.v.violations))
+				fmt.Fprintf(out, "case %d %s/%s/%s/%s: %d violations\n", r.c.seed, r.c.shape, r.c.ending, r.c.lock.mode, r.c.mix, len(r.v.violations))
 			}
 			if len(r.v.violations) > 0 {
 				violations += len(r.v.violations)

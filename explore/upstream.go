@@ -1,9 +1,10 @@
 package main
 
 // The upstream the explorer's routes reach: HTTP listeners (two, so that reverse_proxy
-// has another upstream to retry on) and a FastCGI responder (Go's net/http/fcgi) that
-// all write one work log. Each piece of work is recorded from its arrival to its end by
-// the upstream's own account (work after the client or Caddy gave up included), with
+// has another upstream to retry on) and a FastCGI responder (Go's net/http/fcgi, working
+// as PHP-FPM does: once its stdin is whole) that all write one work log. Each piece of
+// work is recorded from its arrival to its end by the upstream's own account (work after
+// the client or Caddy gave up included), with
 // the fencing token it carried. What a piece of work does is told by headers the
 // explorer's requests carry (X-Work, X-Work-First: workSpec).
 
@@ -233,7 +234,23 @@ func (l *ledger) serve(w http.ResponseWriter, r *http.Request, via string) {
 		w.WriteHeader(http.StatusOK)
 		return
 	}
+	var bodyEnd time.Time
+	if via == "fcgi" && r.ContentLength != 0 && r.Body != nil {
+		// A FastCGI application like PHP-FPM reads its whole stdin before it starts the
+		// script: its work begins once the body is whole, and a body that broke off (Caddy
+		// gave the request up) runs nothing. Go's net/http/fcgi would start at the first
+		// stdin record and stream the rest.
+		if _, err := io.Copy(io.Discard, r.Body); err != nil {
+			return
+		}
+		bodyEnd = time.Now()
+	}
 	wk := l.begin(r, via)
+	if !bodyEnd.IsZero() {
+		l.mu.Lock()
+		wk.bodyEnd = bodyEnd
+		l.mu.Unlock()
+	}
 	if wk.spec.accel {
 		w.Header().Set("X-Accel-Redirect", "/inner")
 		w.WriteHeader(http.StatusNoContent)
@@ -245,7 +262,7 @@ func (l *ledger) serve(w http.ResponseWriter, r *http.Request, via string) {
 		l.finish(wk, endCompleted)
 		return
 	}
-	if r.ContentLength != 0 && r.Body != nil {
+	if via != "fcgi" && r.ContentLength != 0 && r.Body != nil {
 		// Read the body as it comes (slow bodies); net/http/fcgi shares one reader among
 		// bodiless requests, hence the length check.
 		if _, err := io.Copy(io.Discard, r.Body); err == nil {
