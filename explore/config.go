@@ -27,6 +27,7 @@ func (c *caseSpec) redlockBlock(e *env, b block, indent string) string {
 	add := func(f string, a ...any) { lines = append(lines, fmt.Sprintf(f, a...)) }
 	add("%s", e.redis)
 	add("prefix e:")
+	key := len(lines)
 	switch b.keys {
 	case keyID:
 		add("key x:{path.0}:{path.1}")
@@ -41,6 +42,7 @@ func (c *caseSpec) redlockBlock(e *env, b block, indent string) string {
 	case keyApart:
 		add("key z:{path.0}:{path.1}")
 	}
+	lines[key] = c.viaKey(lines[key]) // keyvia.go (a capture is redlock's own: unchanged)
 	add("ttl %s", caseTTL)
 	add("wait %s", caseWait)
 	mode, limit := c.modeOf(b)
@@ -197,6 +199,7 @@ func (c *caseSpec) site(e *env, port int, generation int) string {
 		route = inc + page
 		after = "handle_errors 404 {\n" + indent(proxy(up, "error", "header_up -X-Work-First"), "\t") + "}\n"
 	}
+	before += c.viaHandlers()
 	if c.shape == shapeRewrite {
 		before += "rewrite * {path}/rw\n"
 	}

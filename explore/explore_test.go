@@ -83,3 +83,21 @@ func TestEveryMixDrawn(t *testing.T) {
 	}
 	t.Logf("mixes in 2000 seeds: %v", count)
 }
+
+// Keys fed by vars and by map (keyvia.go) are both drawn, with plainly spelled paths.
+func TestKeyViaDrawn(t *testing.T) {
+	count := map[string]int{}
+	for seed := uint64(1); seed < 400; seed++ {
+		c := generate(seed)
+		count[c.keyVia]++
+		for _, q := range c.reqs {
+			if c.keyVia != viaPath && q.spell != "plain" {
+				t.Fatalf("seed %d: keys via %s with a path spelled %s", seed, c.keyVia, q.spell)
+			}
+		}
+	}
+	if count[viaVars] == 0 || count[viaMap] == 0 {
+		t.Errorf("keys via vars or map never drawn in 400 seeds: %v", count)
+	}
+	t.Logf("keys via in 400 seeds: %v", count)
+}

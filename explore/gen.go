@@ -151,6 +151,8 @@ type caseSpec struct {
 	nestedRetry bool
 	// mix: how the case's two blocks differ on one key (mix.go; "" none).
 	mix string
+	// keyVia: where the keys' path parts come from (keyvia.go; "" the path placeholders).
+	keyVia string
 }
 
 // generate draws the case of seed.
@@ -218,6 +220,7 @@ func generate(seed uint64) *caseSpec {
 	}
 	c.fixRequests(r)
 	c.fixMixRequests()
+	c.drawKeyVia()
 	return c
 }
 

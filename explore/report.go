@@ -49,6 +49,9 @@ func (r result) report(out io.Writer) {
 			b.WriteString("(max_hold)")
 		}
 	}
+	if c.keyVia != "" {
+		fmt.Fprintf(&b, " keys_via=%s", c.keyVia)
+	}
 	if c.mix != "" {
 		fmt.Fprintf(&b, " mix=%s", c.mix)
 	}

@@ -71,7 +71,8 @@ func run(out io.Writer, o options) int {
 	next := o.first
 	seeds := func() []*caseSpec {
 		if o.seed != 0 {
-			if cases >= o.replay {
+			// A refused config counts as a run too: a replay of it must end.
+			if cases+errs >= o.replay {
 				return nil
 			}
 			return []*caseSpec{generate(o.seed)}
