@@ -82,6 +82,9 @@ func (cl *clients) send(base string, lane string, q request, slowBody time.Durat
 	var body io.Reader
 	if q.method == "POST" {
 		body = strings.NewReader("payload " + q.id)
+		if q.client == "big" {
+			body = strings.NewReader(strings.Repeat("B", bigBody)) // its length told
+		}
 		if q.client == "slowbody" {
 			pr, pw := io.Pipe()
 			head := ""

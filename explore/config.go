@@ -200,6 +200,9 @@ func (c *caseSpec) site(e *env, port int, generation int) string {
 		after = "handle_errors 404 {\n" + indent(proxy(up, "error", "header_up -X-Work-First"), "\t") + "}\n"
 	}
 	before += c.viaHandlers()
+	if c.bodyMax {
+		before += fmt.Sprintf("request_body {\n\tmax_size %d\n}\n", bodyMax)
+	}
 	if c.shape == shapeRewrite {
 		before += "rewrite * {path}/rw\n"
 	}

@@ -101,3 +101,24 @@ func TestKeyViaDrawn(t *testing.T) {
 	}
 	t.Logf("keys via in 400 seeds: %v", count)
 }
+
+// request_body's cap (bodymax.go) is drawn, with requests whose told length is over it.
+func TestBodyMaxDrawn(t *testing.T) {
+	cases, big := 0, 0
+	for seed := uint64(1); seed < 400; seed++ {
+		c := generate(seed)
+		if !c.bodyMax {
+			continue
+		}
+		cases++
+		for _, q := range c.reqs {
+			if c.tooBigTold(q) {
+				big++
+			}
+		}
+	}
+	if cases == 0 || big == 0 {
+		t.Errorf("request_body drawn in %d cases of 400, with %d requests over it", cases, big)
+	}
+	t.Logf("request_body in %d cases of 400, %d requests over it with their length told", cases, big)
+}

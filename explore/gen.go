@@ -127,7 +127,7 @@ type request struct {
 	work    string        // X-Work
 	errWork string        // X-Work-Err: the work of the case's error route, where the mix sets it
 	first   string        // X-Work-First (the retry shape's slow first attempt)
-	client  string        // "normal", "abort", "slowbody", "expect", "h2c"
+	client  string        // "normal", "abort", "slowbody", "expect", "h2c", "big" (bodymax.go)
 	// sized: a slow body with its length told (Content-Length) whose first 5000 bytes come
 	// at once: Caddy's FastCGI transport buffers the first 4 KiB, then streams the rest
 	// to the application as it arrives (a trickled body of unknown length it buffers whole).
@@ -153,6 +153,8 @@ type caseSpec struct {
 	mix string
 	// keyVia: where the keys' path parts come from (keyvia.go; "" the path placeholders).
 	keyVia string
+	// bodyMax: request_body { max_size bodyMax } before the route (bodymax.go).
+	bodyMax bool
 }
 
 // generate draws the case of seed.
@@ -221,6 +223,7 @@ func generate(seed uint64) *caseSpec {
 	c.fixRequests(r)
 	c.fixMixRequests()
 	c.drawKeyVia()
+	c.drawBodyMax()
 	return c
 }
 

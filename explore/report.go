@@ -49,6 +49,9 @@ func (r result) report(out io.Writer) {
 			b.WriteString("(max_hold)")
 		}
 	}
+	if c.bodyMax {
+		fmt.Fprintf(&b, " request_body_max_size=%d", bodyMax)
+	}
 	if c.keyVia != "" {
 		fmt.Fprintf(&b, " keys_via=%s", c.keyVia)
 	}
