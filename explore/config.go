@@ -145,6 +145,11 @@ func (c *caseSpec) site(e *env, port int, generation int) string {
 	switch c.shape {
 	case shapeProxy, shapeRewrite:
 		route += proxy(up, "work", timeout())
+	case shapeFileServer:
+		// No request's file exists under the root: file_server passes each one on to the
+		// proxy, inside the lock (newshapes.go).
+		before += "root * " + e.tmp + "\ntry_files {path} {path}/index.html\n"
+		route += "file_server {\n\tpass_thru\n}\n" + proxy(up, "work", timeout())
 	case shapeStream, shapeEncode:
 		route += proxy(up, "work", "flush_interval -1", timeout())
 	case shapeNested:

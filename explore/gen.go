@@ -224,6 +224,7 @@ func generate(seed uint64) *caseSpec {
 	c.fixMixRequests()
 	c.drawKeyVia()
 	c.drawBodyMax()
+	c.drawNewShape()
 	return c
 }
 

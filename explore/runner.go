@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -50,7 +51,9 @@ func optionsFromEnv() options {
 	o.verbose = os.Getenv("EXPLORE_VERBOSE") != ""
 	o.stop = os.Getenv("EXPLORE_STOP") == "1"
 	o.show = os.Getenv("EXPLORE_SHOW") == "1"
-	avoidIssue38 = os.Getenv("EXPLORE_AVOID") == "issue38"
+	avoid := strings.Split(os.Getenv("EXPLORE_AVOID"), ",") // e.g. issue38,issue39
+	avoidIssue38 = slices.Contains(avoid, "issue38")
+	avoidIssue39 = slices.Contains(avoid, "issue39")
 	return o
 }
 
