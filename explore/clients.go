@@ -114,6 +114,9 @@ func (cl *clients) send(base string, lane string, q request, slowBody time.Durat
 	if q.first != "" {
 		req.Header.Set("X-Work-First", q.first)
 	}
+	if q.deny {
+		req.Header.Set("X-Auth", "deny")
+	}
 	if q.client == "expect" {
 		req.Header.Set("Expect", "100-continue")
 	}

@@ -150,6 +150,13 @@ func (c *caseSpec) site(e *env, port int, generation int) string {
 		// proxy, inside the lock (newshapes.go).
 		before += "root * " + e.tmp + "\ntry_files {path} {path}/index.html\n"
 		route += "file_server {\n\tpass_thru\n}\n" + proxy(up, "work", timeout())
+	case shapeForwardAuth:
+		if c.authInside {
+			route += forwardAuth(e)
+		} else {
+			before += forwardAuth(e)
+		}
+		route += proxy(up, "work", timeout())
 	case shapeStream, shapeEncode:
 		route += proxy(up, "work", "flush_interval -1", timeout())
 	case shapeNested:

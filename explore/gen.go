@@ -132,6 +132,7 @@ type request struct {
 	// at once: Caddy's FastCGI transport buffers the first 4 KiB, then streams the rest
 	// to the application as it arrives (a trickled body of unknown length it buffers whole).
 	sized   bool
+	deny    bool          // forward_auth refuses it (X-Auth: deny; newshapes.go)
 	abortAt time.Duration // for "abort": when the client leaves, from its send
 }
 
@@ -153,6 +154,8 @@ type caseSpec struct {
 	mix string
 	// keyVia: where the keys' path parts come from (keyvia.go; "" the path placeholders).
 	keyVia string
+	// authInside: the forwardauth shape's forward_auth is inside the lock (newshapes.go).
+	authInside bool
 	// bodyMax: request_body { max_size bodyMax } before the route (bodymax.go).
 	bodyMax bool
 }

@@ -441,6 +441,7 @@ func (c *caseSpec) judge(works []work, outs []outcome, f faults, leftLocks, left
 
 	c.judgeLiveness(&v, works, outs, f, end)
 	c.judgeBodyMax(&v, works, outs)
+	c.judgeDenied(&v, works, outs)
 
 	for _, l := range leftLocks {
 		v.add("held: after the case, /redlock/locks still lists %s", l)

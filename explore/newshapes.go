@@ -12,8 +12,14 @@ import "math/rand/v2"
 // route: a missing file falls through to the locked proxy, inside the lock.
 const shapeFileServer = "fileserver"
 
+// shapeForwardAuth: `forward_auth` asks the upstream's /auth (answered at once, no work)
+// before the proxy, inside the lock or, half the time, before it (at the site, where
+// Caddy's directive order puts it ahead of the route). Some requests (deny) are refused:
+// the auth answer, 401, is the client's, and no work runs for them.
+const shapeForwardAuth = "forwardauth"
+
 // newShapes are the shapes drawnNewShape may put in place of proxy.
-var newShapes = []string{shapeFileServer}
+var newShapes = []string{shapeFileServer, shapeForwardAuth}
 
 // avoidIssue39 is EXPLORE_AVOID=issue39.
 var avoidIssue39 bool
@@ -26,5 +32,34 @@ func (c *caseSpec) drawNewShape() {
 	r := rand.New(rand.NewPCG(c.seed^0x7368617065733339, c.seed))
 	if r.IntN(2) == 0 {
 		c.shape = pick(r, newShapes)
+	}
+	if c.shape == shapeForwardAuth {
+		c.authInside = r.IntN(2) == 0
+		for i := 1; i < len(c.reqs); i++ {
+			c.reqs[i].deny = r.IntN(2) == 0
+		}
+	}
+}
+
+// forwardAuth is the case's forward_auth directive.
+func forwardAuth(e *env) string {
+	return "forward_auth " + e.up + " {\n\turi /auth\n}\n"
+}
+
+// judgeDenied: a request forward_auth refused got no 2xx and ran no work.
+func (c *caseSpec) judgeDenied(v *verdict, works []work, outs []outcome) {
+	for _, o := range outs {
+		q, ok := c.request(o.req)
+		if !ok || !q.deny {
+			continue
+		}
+		if o.status >= 200 && o.status < 300 {
+			v.add("forward_auth: %s was denied by the auth endpoint and got %d", o.req, o.status)
+		}
+		for _, w := range works {
+			if w.req == q.id {
+				v.add("forward_auth: %s was denied, yet work ran: %s", o.req, describe(w))
+			}
+		}
 	}
 }

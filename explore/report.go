@@ -49,6 +49,9 @@ func (r result) report(out io.Writer) {
 			b.WriteString("(max_hold)")
 		}
 	}
+	if c.shape == shapeForwardAuth {
+		fmt.Fprintf(&b, " forward_auth_inside=%v", c.authInside)
+	}
 	if c.bodyMax {
 		fmt.Fprintf(&b, " request_body_max_size=%d", bodyMax)
 	}
@@ -63,6 +66,9 @@ func (r result) report(out io.Writer) {
 		fmt.Fprintf(&b, "  %s %s %s at +%dms client=%s", q.id, q.method, q.path(c.lane), q.at.Milliseconds(), q.client)
 		if q.client == "abort" {
 			fmt.Fprintf(&b, " (leaves after %dms)", q.abortAt.Milliseconds())
+		}
+		if q.deny {
+			b.WriteString(" X-Auth=deny")
 		}
 		fmt.Fprintf(&b, " X-Work=%q", q.work)
 		if q.errWork != "" {
