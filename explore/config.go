@@ -150,6 +150,8 @@ func (c *caseSpec) site(e *env, port int, generation int) string {
 		// proxy, inside the lock (newshapes.go).
 		before += "root * " + e.tmp + "\ntry_files {path} {path}/index.html\n"
 		route += "file_server {\n\tpass_thru\n}\n" + proxy(up, "work", timeout())
+	case shapeCopyResponse:
+		route += proxy(up, "work", "@ok status 2xx", "handle_response @ok {\n\tcopy_response\n}", timeout())
 	case shapeForwardAuth:
 		if c.authInside {
 			route += forwardAuth(e)

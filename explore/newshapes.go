@@ -18,8 +18,14 @@ const shapeFileServer = "fileserver"
 // the auth answer, 401, is the client's, and no work runs for them.
 const shapeForwardAuth = "forwardauth"
 
+// shapeCopyResponse: the proxy's 2xx answers go through `handle_response` with
+// `copy_response`, which reads the upstream's whole response to the client under the
+// lock: the covered form (docs/safety.md). A handle_response route that answers by
+// itself is a documented hole, not drawn.
+const shapeCopyResponse = "copyresponse"
+
 // newShapes are the shapes drawnNewShape may put in place of proxy.
-var newShapes = []string{shapeFileServer, shapeForwardAuth}
+var newShapes = []string{shapeFileServer, shapeForwardAuth, shapeCopyResponse}
 
 // avoidIssue39 is EXPLORE_AVOID=issue39.
 var avoidIssue39 bool
