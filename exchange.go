@@ -3,6 +3,7 @@ package caddyredlock
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -36,8 +37,12 @@ import (
 type exchange struct {
 	caddyhttp.ResponseWriterWrapper
 	// lost is set when the lock is lost outside dry run, just before the request is
-	// cancelled: writes, flushes and hijacks fail from then on.
+	// cancelled: writes, flushes and hijacks fail from then on. Read it through
+	// lostNow, which also sees a cut that came from further out first.
 	lost atomic.Pointer[redlock.LostError]
+	// ctx is the context next runs under (begin): cancelled by a cut, this one's or one
+	// further out (lostNow).
+	ctx context.Context
 	// sent reports whether a final status, body bytes, a flush or a hijack went through
 	// to the client's side: then a response has begun and no other can be answered.
 	sent atomic.Bool
@@ -53,6 +58,7 @@ type exchange struct {
 // begin readies x for a request answered on w, and returns ctx with x's client trace.
 func (x *exchange) begin(ctx context.Context, w http.ResponseWriter) context.Context {
 	x.ResponseWriter = w
+	x.ctx = ctx
 	x.trace.GetConn = x.getConn
 	x.trace.WroteHeaders = x.wroteHeaders
 	x.trace.GotFirstResponseByte = x.gotFirstResponseByte
@@ -84,6 +90,34 @@ func (x *exchange) unanswered() int {
 // connection's next one.
 func (x *exchange) cut(le *redlock.LostError) { x.lost.Store(le) }
 
+// lostNow is the loss that cuts x, if any: the one its watch recorded (cut), or the one
+// a watch further out cancelled x's context with before x's own watch ran. A block
+// served under a held lock in an error route is watched twice, by the holder (outer.go,
+// which cancels the routes' context) and by itself (under.go), each woken in a goroutine
+// of its own, in no set order; and reverse_proxy answers a cancellation with a 499
+// status of its own (Caddy 2.11), which must not go through as if it were the response
+// (found 2026-12-02: that 499 made the block's end abort the response, and the client got a cut
+// connection, not its 503). So a cancellation by a lock's loss refuses what follows it,
+// whichever watch made it. Caddy exiting (a cut without a loss) refuses nothing.
+func (x *exchange) lostNow() *redlock.LostError {
+	if le := x.lost.Load(); le != nil {
+		return le
+	}
+	if x.ctx == nil || x.ctx.Err() == nil {
+		return nil
+	}
+	c, ok := context.Cause(x.ctx).(cutCause)
+	if !ok {
+		return nil
+	}
+	le, ok := errors.AsType[*redlock.LostError](c.why)
+	if !ok {
+		return nil
+	}
+	x.lost.CompareAndSwap(nil, le)
+	return x.lost.Load()
+}
+
 // afterLoss ends the response of a request cut by a loss, once the handlers behind have
 // returned: a 503 if nothing reached the client yet; else the response must be aborted
 // (abort: the caller panics with http.ErrAbortHandler), so that the client never takes a
@@ -110,7 +144,7 @@ func (x *exchange) watchBody(body io.ReadCloser) io.ReadCloser {
 	if body == nil || body == http.NoBody {
 		return body
 	}
-	x.body = watchedBody{ReadCloser: body, lost: &x.lost}
+	x.body = watchedBody{ReadCloser: body, x: x}
 	return &x.body
 }
 
@@ -118,15 +152,15 @@ func (x *exchange) watchBody(body io.ReadCloser) io.ReadCloser {
 // WriteTo: a copy goes through Read.
 type watchedBody struct {
 	io.ReadCloser
-	lost *atomic.Pointer[redlock.LostError]
+	x *exchange // whose loss refuses reads
 }
 
 func (b *watchedBody) Read(p []byte) (int, error) {
-	if le := b.lost.Load(); le != nil {
+	if le := b.x.lostNow(); le != nil {
 		return 0, refusedRead(le)
 	}
 	n, err := b.ReadCloser.Read(p)
-	if le := b.lost.Load(); le != nil {
+	if le := b.x.lostNow(); le != nil {
 		return 0, refusedRead(le) // read while the loss came: its bytes may be after it
 	}
 	return n, err
@@ -151,7 +185,7 @@ func (x *exchange) markSent() {
 // WriteHeader passes the status on unless the lock is lost (then nothing is written:
 // the handler answers once next has returned).
 func (x *exchange) WriteHeader(code int) {
-	if x.lost.Load() != nil {
+	if x.lostNow() != nil {
 		return
 	}
 	if code >= 200 || code == http.StatusSwitchingProtocols {
@@ -161,7 +195,7 @@ func (x *exchange) WriteHeader(code int) {
 }
 
 func (x *exchange) Write(p []byte) (int, error) {
-	if le := x.lost.Load(); le != nil {
+	if le := x.lostNow(); le != nil {
 		return 0, refused(le)
 	}
 	x.markSent()
@@ -191,7 +225,7 @@ func (r readOnly) Read(p []byte) (int, error) { return r.r.Read(p) }
 // FlushError flushes through the wrapped writer (http.ResponseController), unless the
 // lock is lost: a flush of a response not begun would send a 200.
 func (x *exchange) FlushError() error {
-	if le := x.lost.Load(); le != nil {
+	if le := x.lostNow(); le != nil {
 		return refused(le)
 	}
 	x.markSent()
@@ -205,7 +239,7 @@ func (x *exchange) Flush() { _ = x.FlushError() }
 // Hijack implements http.Hijacker through the wrapped writer (http.ResponseController)
 // and hands back a watched connection (tunnel.go).
 func (x *exchange) Hijack() (net.Conn, *bufio.ReadWriter, error) {
-	if le := x.lost.Load(); le != nil {
+	if le := x.lostNow(); le != nil {
 		return nil, nil, refused(le)
 	}
 	c, brw, err := http.NewResponseController(x.ResponseWriter).Hijack()
@@ -213,7 +247,7 @@ func (x *exchange) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 		return c, brw, err
 	}
 	x.markSent()
-	wc := &watchedConn{Conn: c, lost: &x.lost}
+	wc := &watchedConn{Conn: c, x: x}
 	x.conn.Store(wc)
 	return wc, brw, nil
 }

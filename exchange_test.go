@@ -88,6 +88,77 @@ func TestCutCause(t *testing.T) {
 	}
 }
 
+// A cut that comes from further out first (found 2026-12-02): the context next runs under is
+// cancelled by a loss (a holder's watch cancelling the routes Caddy runs after it) before
+// the exchange's own watch has marked it. reverse_proxy answers that cancellation with a
+// 499 of its own (Caddy 2.11): it must be refused, as must every write and body read, and
+// the exchange must read as cut, so that the request gets its 503.
+func TestExchangeRefusesWhatFollowsACutFromOutside(t *testing.T) {
+	rec := httptest.NewRecorder()
+	var x exchange
+	parent, cutParent := context.WithCancelCause(context.Background())
+	defer cutParent(nil)
+	ctx, cancel := context.WithCancelCause(parent)
+	defer cancel(nil)
+	x.begin(ctx, rec)
+	body := x.watchBody(io.NopCloser(strings.NewReader("the body")))
+	le := &redlock.LostError{Key: "k", Reason: redlock.LostForceReleased}
+	cutParent(cutCause{le})
+	x.WriteHeader(statusClientClosedRequest)
+	if x.sent.Load() || rec.Code != http.StatusOK || rec.Flushed {
+		t.Fatalf("reverse_proxy's 499 after the cut went through (sent %v, recorder %d)", x.sent.Load(), rec.Code)
+	}
+	if _, err := io.WriteString(&x, "after"); !errors.Is(err, le) {
+		t.Errorf("write after the cut: %v, want the loss", err)
+	}
+	if _, err := body.Read(make([]byte, 4)); !errors.Is(err, le) {
+		t.Errorf("body read after the cut: %v, want the loss", err)
+	}
+	if got := x.lostNow(); got != le {
+		t.Errorf("lostNow: %v, want the loss", got)
+	}
+	if x.afterLoss(rec) || rec.Code != http.StatusServiceUnavailable {
+		t.Errorf("after the cut: abort or %d, want a 503", rec.Code)
+	}
+}
+
+// Caddy exiting cancels with a cut that is no loss: the handlers behind may still answer.
+func TestExchangeExitIsNoLoss(t *testing.T) {
+	rec := httptest.NewRecorder()
+	var x exchange
+	ctx, cancel := context.WithCancelCause(context.Background())
+	x.begin(ctx, rec)
+	cancel(cutCause{errors.New("redlock: caddy is exiting")})
+	if x.lostNow() != nil {
+		t.Fatal("an exit read as a loss")
+	}
+	x.WriteHeader(http.StatusBadGateway)
+	if rec.Code != http.StatusBadGateway {
+		t.Errorf("status %d after an exit, want it passed on", rec.Code)
+	}
+}
+
+// A loss is a loss when the request's context ended before the lock's watch ran (found
+// 2026-12-02): the watch reads the lock's own error then.
+func TestLossOfRaceWithTheRequestsEnd(t *testing.T) {
+	le := &redlock.LostError{Key: "k", Reason: redlock.LostForceReleased}
+	for _, c := range []struct {
+		name           string
+		cause, lockErr error
+		want           bool
+	}{
+		{"the lock's cause", le, le, true},
+		{"the request ended first, the lock lost", context.Canceled, le, true},
+		{"the request ended, the lock held", context.Canceled, nil, false},
+		{"the request ended, the lock released", context.Canceled, redlock.ErrReleased, false},
+	} {
+		got, ok := lossOf(c.cause, c.lockErr)
+		if ok != c.want || (ok && got != le) {
+			t.Errorf("%s: %v %v, want %v", c.name, got, ok, c.want)
+		}
+	}
+}
+
 type readFunc func([]byte) (int, error)
 
 func (f readFunc) Read(p []byte) (int, error) { return f(p) }

@@ -131,7 +131,7 @@ func (h *Handler) serveLocked(ctx context.Context, w http.ResponseWriter, r *htt
 		// client: that request gets its 503.
 		if rec := recover(); rec != nil {
 			h.finish(l, e, r, requestEnd{abortPanic: rec == http.ErrAbortHandler, cancelled: ctx.Err() != nil})
-			if rec == http.ErrAbortHandler && x.lost.Load() != nil && !x.sent.Load() {
+			if rec == http.ErrAbortHandler && x.lostNow() != nil && !x.sent.Load() {
 				x.answerLost()
 				err = nil
 				return
@@ -166,7 +166,7 @@ func (h *Handler) serveLocked(ctx context.Context, w http.ResponseWriter, r *htt
 	settle()
 	ended = requestEnd{cancelled: ctx.Err() != nil || e.cutUnder.Load(), mayWork: upstreamMayStillWork(err, r), tunnel: tunnelEndOf(kind, x),
 		retries: proxyRetries(repl), unsent: x.unsent(), unanswered: x.unanswered()}
-	if x.lost.Load() != nil {
+	if x.lostNow() != nil {
 		// Cut by the loss (never in dry run): next's error, if any, is that cut seen from
 		// behind. Returned, it would run handle_errors, which may proxy the request
 		// again, unlocked; the loss itself was logged when it happened.
@@ -355,7 +355,7 @@ func (h *Handler) watchLock(parent context.Context, l heldLocks, e *inflight, r 
 	handled := make(chan struct{})
 	stopWatch := context.AfterFunc(lockCtx, func() {
 		defer close(handled)
-		le, ok := errors.AsType[*redlock.LostError](context.Cause(lockCtx))
+		le, ok := lossOf(context.Cause(lockCtx), l.err())
 		if !ok {
 			return // the request itself ended (client gone, Caddy exiting): not a loss
 		}
@@ -392,6 +392,18 @@ func (h *Handler) watchLock(parent context.Context, l heldLocks, e *inflight, r 
 			cancelLockCtx()
 		})
 	}
+}
+
+// lossOf is the loss a lock's watch wakes for: the cause its context ended with, or, when
+// that is the request's own end, the lock's error. A loss wakes each of the lock's
+// watchers in a goroutine of its own, in no set order: a block served under the lock in
+// an error route may cut and answer the request, and net/http end its context, before
+// this watch runs; the loss must still be logged and counted (found 2026-12-02).
+func lossOf(cause, lockErr error) (*redlock.LostError, bool) {
+	if le, ok := errors.AsType[*redlock.LostError](cause); ok {
+		return le, true
+	}
+	return errors.AsType[*redlock.LostError](lockErr)
 }
 
 // release gives the lock back. Release uses the request context's values but not its

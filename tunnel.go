@@ -8,8 +8,6 @@ import (
 	"sync/atomic"
 
 	"golang.org/x/net/http/httpguts"
-
-	"github.com/caddy-redlock/caddy-redlock/redlock"
 )
 
 // Upgraded connections (websockets, any Connection: Upgrade) need their own watch: when
@@ -60,13 +58,13 @@ const (
 // CloseWrite, so io.Copy goes through Read and Write.
 type watchedConn struct {
 	net.Conn
-	readEOF  atomic.Bool                        // the client closed its side cleanly (FIN)
-	wroteEOF atomic.Bool                        // the backend's end of stream was passed on to the client
-	lost     *atomic.Pointer[redlock.LostError] // the exchange's: set once the lock is lost
+	readEOF  atomic.Bool // the client closed its side cleanly (FIN)
+	wroteEOF atomic.Bool // the backend's end of stream was passed on to the client
+	x        *exchange   // whose loss refuses writes
 }
 
 func (c *watchedConn) Write(p []byte) (int, error) {
-	if le := c.lost.Load(); le != nil {
+	if le := c.x.lostNow(); le != nil {
 		return 0, refused(le)
 	}
 	return c.Conn.Write(p)

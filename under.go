@@ -51,7 +51,7 @@ func (h *Handler) serveUnder(w http.ResponseWriter, r *http.Request, next caddyh
 	defer stop()
 	err := next.ServeHTTP(x, r.WithContext(nextCtx))
 	stop()
-	if x.lost.Load() != nil {
+	if x.lostNow() != nil {
 		if x.afterLoss(w) {
 			panic(http.ErrAbortHandler) // the holder's deferred finish still runs
 		}
