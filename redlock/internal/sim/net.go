@@ -160,8 +160,8 @@ type conn struct {
 	eof       bool // the node closed it (a restart, a dropped connection)
 	closed    bool // closed here
 	rdl       time.Time
-	readable  chan struct{} // a delivery, EOF or a deadline change
-	deadTimer *time.Timer
+	readable  chan struct{} // a delivery, EOF, a close or the read deadline passing
+	deadTimer *time.Timer   // signals readable at the read deadline (SetReadDeadline)
 
 	// The node's side, touched by the world loop only.
 	sess     *Session
@@ -196,29 +196,12 @@ func (c *conn) Read(b []byte) (int, error) {
 		case c.eof:
 			c.mu.Unlock()
 			return 0, io.EOF
+		case !c.rdl.IsZero() && !time.Now().Before(c.rdl):
+			c.mu.Unlock()
+			return 0, &net.OpError{Op: "read", Net: "tcp", Err: os.ErrDeadlineExceeded}
 		}
-		dl := c.rdl
 		c.mu.Unlock()
-		var tc <-chan time.Time
-		if !dl.IsZero() {
-			d := time.Until(dl)
-			if d <= 0 {
-				return 0, &net.OpError{Op: "read", Net: "tcp", Err: os.ErrDeadlineExceeded}
-			}
-			if c.deadTimer == nil {
-				c.deadTimer = time.NewTimer(d)
-			} else {
-				c.deadTimer.Reset(d)
-			}
-			tc = c.deadTimer.C
-		}
-		select {
-		case <-c.readable:
-		case <-tc:
-		}
-		if tc != nil {
-			c.deadTimer.Stop()
-		}
+		<-c.readable // a delivery, EOF, a close, or the deadline's timer (SetReadDeadline)
 	}
 }
 
@@ -260,11 +243,24 @@ func (c *conn) SetDeadline(t time.Time) error {
 	c.SetReadDeadline(t)
 	return nil
 }
+
+// SetReadDeadline arms the deadline's timer, which wakes a waiting Read (to return the
+// timeout) when it passes: one timer per deadline set (go-redis sets one per command),
+// not one per wait, and no wake-up for a deadline that only moved later.
 func (c *conn) SetReadDeadline(t time.Time) error {
 	c.mu.Lock()
 	c.rdl = t
+	switch {
+	case t.IsZero():
+		if c.deadTimer != nil {
+			c.deadTimer.Stop()
+		}
+	case c.deadTimer == nil:
+		c.deadTimer = time.AfterFunc(time.Until(t), c.signal)
+	default:
+		c.deadTimer.Reset(time.Until(t))
+	}
 	c.mu.Unlock()
-	c.signal()
 	return nil
 }
 func (c *conn) SetWriteDeadline(time.Time) error { return nil } // writes never block
