@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 
 	lua "github.com/yuin/gopher-lua"
 )
@@ -648,6 +649,19 @@ func (s *Server) info() string {
 }
 
 func sha1hex(s string) string {
+	if len(s) >= 256 { // a script's text: the same few, hashed on every EVAL
+		if h, ok := scriptSHAs.Load(s); ok {
+			return h.(string)
+		}
+	}
 	h := sha1.Sum([]byte(s))
-	return hex.EncodeToString(h[:])
+	sha := hex.EncodeToString(h[:])
+	if len(s) >= 256 {
+		scriptSHAs.Store(s, sha)
+	}
+	return sha
 }
+
+// scriptSHAs caches the digests of long texts (the client's scripts), process-wide: a
+// map lookup costs a tenth of SHA-1 over a script of a few kilobytes.
+var scriptSHAs sync.Map // text -> sha
