@@ -30,6 +30,16 @@ package redlock
 // is freed) or by handTo (with the lock), so it goes on at most once per holder whatever
 // order a release, a force release and a handoff run in (TestKeepMovesTheBaton,
 // TestBatonIsSpentOnce, TestBatonUnderCancelsHandOversAndForces).
+//
+// The moves alone already keep handTo from meeting a spent baton through the API: a
+// lock's baton is spent only by that lock's handoff or its release in Redis; handoff runs
+// only on the one move from held to releasing (Release or HandOver), before anything
+// passes the baton; a handoff that did not spend it leads on to the release in Redis
+// (unreleased goes there without a handoff), and both end in a final state; a lock
+// released while provisional (a force release) has no baton, keep never having run. So
+// handTo's own spent check guards direct use of the baton (TestBatonIsSpentOnce), and the
+// simulation, which drives only the API, cannot tell it from its absence
+// (docs/simulation.md, the `baton` row).
 
 // lockState is where a lock is in its life (the states and their moves: above).
 type lockState uint8

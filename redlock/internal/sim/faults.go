@@ -306,6 +306,7 @@ func (w *World) plan(p params) []fault {
 		out = append(out, program...)
 	}
 	out = w.planReplication(p, out, lossOK, func(f fault) { losses = append(losses, f) }, quiet)
+	out = w.allWait(p, out) // after every other fault: it runs only where none does (allwait_program.go)
 	slices.SortStableFunc(out, func(a, b fault) int { return int(a.at - b.at) })
 	return out
 }

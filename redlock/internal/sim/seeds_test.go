@@ -40,7 +40,9 @@ var regressionSeeds = []struct {
 	// replication: the seed runs with the replication faults but those past the assumptions
 	// (replication.go, undetectableLoss); the others without any (they were found so).
 	// rollback: with the rollback program too (rollback_program.go; added after 800010
-	// was found, which runs without it).
+	// was found, which runs without it). The all-wait program (allwait_program.go) runs
+	// after the faults end (from Duration), so a seed that draws it keeps its schedule
+	// up to then.
 	replication, rollback bool
 }{
 	// Fix: a grant carries the node's eviction count (testdata/reverts/evictcount.patch).
@@ -78,6 +80,11 @@ var regressionSeeds = []struct {
 	// (rollback.patch: seqWentBack false), found by the rollback program (rollback_program.go):
 	// 3 of 3 with the patch, 0 of 3 without (2026-12-02, SIM_FIRST=900000).
 	{900006, "two holders: node 2 restarted from its snapshot of 789 ms ago behind a proxy; client 0 had read it after client 2's grant of \"rollback\"", true, true},
+	// Fix: AcquireAll renews the keys it took while it waits (allrenew.patch: no
+	// renewWhileWaiting), found by the all-wait program (allwait_program.go), run as make
+	// sim runs it (every fault within the assumptions): 3 of 3 with the patch, 0 of 1
+	// without (2026-12-02, SIM_FIRST=800000, the first schedule).
+	{800000, "lapsed: client 1's AcquireAll returned a lock of \"all-wait-1\" taken again 993 ms after the call began (ttl 1s, no fault)", true, true},
 }
 
 // TestSimSeeds replays the regression seeds as make sim runs them (GOMAXPROCS=1: the

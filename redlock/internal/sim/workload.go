@@ -78,7 +78,9 @@ func (wl *workload) run(start func(ci int) *redlock.Client) {
 	wl.w.onHold = func(ci int, key string, wait, hold time.Duration, fence bool) {
 		wl.bg.Go(func() {
 			<-wl.ready[ci]
-			wl.holdOnce(ci, key, wait, hold, fence)
+			if !wl.allWaitHold(ci, key, wait, hold) { // the all-wait program's holds (allwait_program.go)
+				wl.holdOnce(ci, key, wait, hold, fence)
+			}
 		})
 	}
 	wl.w.onForceLanded = wl.g.forceLanded
