@@ -103,8 +103,9 @@ func (c *caseSpec) wsProxy(up string) string {
 }
 
 // judgeWebsocket: an attentive upstream's tunnel closes (it sees its end) within
-// slackCancel of stream_timeout and of a max_hold (the usual after-loss rule leaves
-// max_hold's work out: its key drains); deaf work is judged by exclusion alone.
+// slackCancel of stream_timeout and of a max_hold, each a timer given slackTimer (the
+// usual after-loss rule leaves max_hold's work out: its key drains); deaf work is judged
+// by exclusion alone.
 func (c *caseSpec) judgeWebsocket(v *verdict, works []work, f faults, end func(work) time.Time) {
 	if c.shape != shapeWebsocket {
 		return
@@ -114,7 +115,8 @@ func (c *caseSpec) judgeWebsocket(v *verdict, works []work, f faults, end func(w
 		if !ok || !w.spec.ws || w.spec.deaf {
 			continue
 		}
-		if c.ending == endStreamTimeout && end(w).After(w.start.Add(streamTimeout+slackCancel)) {
+		// stream_timeout is a timer: given slackTimer, as max_hold is.
+		if c.ending == endStreamTimeout && end(w).After(w.start.Add(streamTimeout+slackTimer+slackCancel)) {
 			v.add("stream_timeout: %s's tunnel stayed open on the upstream %s, stream_timeout %s",
 				describe(w), ms(end(w).Sub(w.start)), streamTimeout)
 		}

@@ -7,7 +7,7 @@ import (
 )
 
 // The websocket rule (judgeWebsocket): an attentive upstream's tunnel must close within
-// slackCancel of a max_hold (beyond the timer's own slack) and of stream_timeout; deaf
+// slackCancel of a max_hold and of stream_timeout (beyond a timer's own slack); deaf
 // work is left to the exclusion rule (its key drains).
 func TestJudgeWebsocketTunnelEnds(t *testing.T) {
 	t0 := time.Now()
@@ -29,7 +29,7 @@ func TestJudgeWebsocketTunnelEnds(t *testing.T) {
 		{"tunnel open past max_hold", endMaxHold, "ws,d=100ms", maxHoldCut + 200*time.Millisecond, "after max_hold cut its lock"},
 		{"deaf work past max_hold: the drain's", endMaxHold, "ws,d=100ms,deaf", maxHoldCut + 200*time.Millisecond, ""},
 		{"tunnel cut by stream_timeout", endStreamTimeout, "ws,d=100ms", streamTimeout + 20*time.Millisecond, ""},
-		{"tunnel open past stream_timeout", endStreamTimeout, "ws,d=100ms", streamTimeout + slackCancel + 100*time.Millisecond, "stream_timeout"},
+		{"tunnel open past stream_timeout", endStreamTimeout, "ws,d=100ms", streamTimeout + slackTimer + slackCancel + 100*time.Millisecond, "stream_timeout"},
 		{"a clean tunnel, no ending that cuts it", endClean, "ws,d=100ms", 2 * time.Second, ""},
 	} {
 		c, works := mk(tc.ending, tc.work, tc.lasts)
