@@ -72,6 +72,9 @@ func (q request) path(lane string) string {
 
 // send runs one request and reports what its client saw.
 func (cl *clients) send(base string, lane string, q request, slowBody time.Duration) outcome {
+	if q.client == clientWS {
+		return cl.sendWS(base, lane, q)
+	}
 	o := outcome{req: q.id, sent: time.Now()}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

@@ -159,6 +159,8 @@ func (c *caseSpec) site(e *env, port int, generation int) string {
 			before += forwardAuth(e)
 		}
 		route += proxy(up, "work", timeout())
+	case shapeWebsocket:
+		route += c.wsProxy(up)
 	case shapeStream, shapeEncode:
 		route += proxy(up, "work", "flush_interval -1", timeout())
 	case shapeNested:

@@ -53,7 +53,7 @@ func TestEveryShapeAndEndingDrawn(t *testing.T) {
 			seen[c.ending] = seed
 		}
 	}
-	for _, s := range append(append(append([]string(nil), shapes...), newShapes...), endings...) {
+	for _, s := range append(append(append([]string(nil), shapes...), newShapes...), append(endings, shapeWebsocket, endStreamTimeout)...) {
 		if _, ok := seen[s]; !ok {
 			t.Errorf("%s never drawn in 2000 seeds", s)
 		}

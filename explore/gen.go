@@ -131,9 +131,14 @@ type request struct {
 	// sized: a slow body with its length told (Content-Length) whose first 5000 bytes come
 	// at once: Caddy's FastCGI transport buffers the first 4 KiB, then streams the rest
 	// to the application as it arrives (a trickled body of unknown length it buffers whole).
-	sized   bool
-	deny    bool          // forward_auth refuses it (X-Auth: deny; newshapes.go)
-	abortAt time.Duration // for "abort": when the client leaves, from its send
+	sized bool
+	deny  bool // forward_auth refuses it (X-Auth: deny; newshapes.go)
+	// A websocket client's plan (client "ws": wsclient.go): wsMsgs messages wsGap apart;
+	// it leaves after wsLeave of them (0: it closes), with a reset if wsReset.
+	wsMsgs, wsLeave int
+	wsGap           time.Duration
+	wsReset         bool
+	abortAt         time.Duration // for "abort": when the client leaves, from its send
 }
 
 // caseSpec is one case.
@@ -228,6 +233,7 @@ func generate(seed uint64) *caseSpec {
 	c.drawKeyVia()
 	c.drawBodyMax()
 	c.drawNewShape()
+	c.drawWebsocket()
 	return c
 }
 

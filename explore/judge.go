@@ -433,7 +433,7 @@ func (c *caseSpec) judge(works []work, outs []outcome, f faults, leftLocks, left
 				v.add("dry run: %s was refused with %d", o.req, o.status)
 			}
 			q, _ := c.request(o.req)
-			if q.id == c.reqs[0].id && (externalLoss(c.ending) || c.ending == endMaxHold) && f.stopAt.IsZero() && !o.aborted && o.status == 200 && !o.whole && c.shape != shapeTemplates {
+			if q.id == c.reqs[0].id && (externalLoss(c.ending) || c.ending == endMaxHold) && f.stopAt.IsZero() && !o.aborted && (o.status == 200 || o.status == 101) && !o.whole && c.shape != shapeTemplates {
 				v.add("dry run: %s was cut (a dry run never cuts): %s", o.req, o.err)
 			}
 		}
@@ -442,6 +442,7 @@ func (c *caseSpec) judge(works []work, outs []outcome, f faults, leftLocks, left
 	c.judgeLiveness(&v, works, outs, f, end)
 	c.judgeBodyMax(&v, works, outs)
 	c.judgeDenied(&v, works, outs)
+	c.judgeWebsocket(&v, works, f, end)
 
 	for _, l := range leftLocks {
 		v.add("held: after the case, /redlock/locks still lists %s", l)

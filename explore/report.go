@@ -67,6 +67,13 @@ func (r result) report(out io.Writer) {
 		if q.client == "abort" {
 			fmt.Fprintf(&b, " (leaves after %dms)", q.abortAt.Milliseconds())
 		}
+		if q.client == clientWS {
+			fmt.Fprintf(&b, " (%d messages %dms apart", q.wsMsgs, q.wsGap.Milliseconds())
+			if q.wsLeave > 0 {
+				fmt.Fprintf(&b, ", leaves after %d, reset %v", q.wsLeave, q.wsReset)
+			}
+			b.WriteString(")")
+		}
 		if q.deny {
 			b.WriteString(" X-Auth=deny")
 		}

@@ -36,6 +36,7 @@ type workSpec struct {
 	close  bool // closes the connection midway, no answer
 	accel  bool
 	err500 bool
+	ws     bool // a websocket (wsupstream.go): d is how long deaf work goes on once its tunnel broke
 }
 
 func parseWork(s string) workSpec {
@@ -58,6 +59,8 @@ func parseWork(s string) workSpec {
 			w.accel = true
 		case f == "err500":
 			w.err500 = true
+		case f == "ws":
+			w.ws = true
 		case strings.HasPrefix(f, "d="):
 			w.d, _ = time.ParseDuration(f[2:])
 		}
@@ -240,6 +243,10 @@ func (l *ledger) serve(w http.ResponseWriter, r *http.Request, via string) {
 	}
 	if r.Header.Get("X-Req-Id") == "" { // a probe (health), not the explorer's
 		w.WriteHeader(http.StatusOK)
+		return
+	}
+	if isWebsocket(r) {
+		l.serveWS(w, r, via)
 		return
 	}
 	var bodyEnd time.Time
