@@ -43,12 +43,18 @@ func TestJudgeStrictestBlock(t *testing.T) {
 			mk(modeExclusive, 0, block{where: "outer", keys: keyID, dryRun: true}), ""},
 	} {
 		v := tc.c.judge(three(tc.c), nil, faults{}, nil, nil)
-		got := strings.Join(v.violations, "\n")
-		switch {
-		case tc.want == "" && got != "":
-			t.Errorf("%s: violations %q, want none", tc.name, got)
-		case tc.want != "" && !strings.Contains(got, tc.want):
-			t.Errorf("%s: violations %q, want one with %q", tc.name, got, tc.want)
-		}
+		wantViolation(t, tc.name, v.violations, tc.want)
+	}
+}
+
+// wantViolation checks a judgement: a violation containing want, or none when want is "".
+func wantViolation(t *testing.T, name string, violations []string, want string) {
+	t.Helper()
+	got := strings.Join(violations, "\n")
+	switch {
+	case want == "" && got != "":
+		t.Errorf("%s: violations %q, want none", name, got)
+	case want != "" && !strings.Contains(got, want):
+		t.Errorf("%s: violations %q, want one with %q", name, got, want)
 	}
 }

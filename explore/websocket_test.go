@@ -1,7 +1,6 @@
 package main
 
 import (
-	"strings"
 	"testing"
 	"time"
 )
@@ -34,13 +33,7 @@ func TestJudgeWebsocketTunnelEnds(t *testing.T) {
 	} {
 		c, works := mk(tc.ending, tc.work, tc.lasts)
 		v := c.judge(works, nil, faults{}, nil, nil)
-		got := strings.Join(v.violations, "\n")
-		switch {
-		case tc.want == "" && got != "":
-			t.Errorf("%s: violations %q, want none", tc.name, got)
-		case tc.want != "" && !strings.Contains(got, tc.want):
-			t.Errorf("%s: violations %q, want one with %q", tc.name, got, tc.want)
-		}
+		wantViolation(t, tc.name, v.violations, tc.want)
 	}
 }
 
