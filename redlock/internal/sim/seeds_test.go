@@ -81,7 +81,7 @@ var regressionSeeds = []struct {
 	// marker comes back with the replica's data, so run_id alone tells. Found again on
 	// 2026-12-02 after the all-wait program (SIM_SKIP=proxy,hidden-run-id, 90 s from
 	// 800000: the 174th schedule; 800010 no longer fails): 3 of 3 with the patch, 0 of 2 without.
-	{800173, "two holders of the program's key \"a\": a node gone back in time voted for client 2 while client 0 held it", true, true},
+	{800173, "two holders of \"a\": node 0's replica, 195 ms behind, promoted with the connections cut while client 0 held the key; client 2 counted its vote", true, true},
 	// Fix: the acquire script never takes over a later attempt's value (latervalue.patch).
 	{800007, "two holders: client 0's first SET and its release landed late on a node its second attempt held", false, false},
 	// Fix: a grant whose write sequence is not above this client's reading does not vote
