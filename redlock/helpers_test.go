@@ -43,9 +43,27 @@ func newTestClient(t testing.TB, servers []*redistest.Server, opt Options) *Clie
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
-	t.Cleanup(func() { _ = c.Close() })
+	t.Cleanup(func() { closeForGood(c) })
 	firstContact(c)
 	return c
+}
+
+// closeForGood closes c and releases the locks the test left held: Close alone leaves
+// a client that holds a lock alive until the lock ends (health checks, renewals), and a
+// client outliving its test is noise at best in the tests that follow.
+func closeForGood(c *Client) {
+	_ = c.Close()
+	c.heldMu.Lock()
+	var held []*Lock
+	for _, ls := range c.held {
+		held = append(held, ls...)
+	}
+	c.heldMu.Unlock()
+	for _, l := range held {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*c.opt.NodeTimeout)
+		_ = l.Release(ctx)
+		cancel()
+	}
 }
 
 // firstContact waits (up to 3 s, without failing) until the client has read the data

@@ -266,7 +266,7 @@ func TestRenewalRetakesRestartedNode(t *testing.T) {
 	if err := l.KeepAlive(100*time.Millisecond, 0); err != nil {
 		t.Fatal(err)
 	}
-	want, _ := rawGet(t, servers[1], "rejoin")
+	want := l.value // not a node's copy: the lock may stand on a quorum without that node
 	if err := servers[0].Restart(); err != nil {
 		t.Fatal(err)
 	}

@@ -113,7 +113,7 @@ func TestNewClientHoldsBackYoungNode(t *testing.T) {
 	}
 	for i, st := range b.Status().Nodes[1:] {
 		if !st.QuarantinedUntil.IsZero() {
-			t.Fatalf("node %d (old) shown quarantined", i+1)
+			t.Fatalf("node %d (old) shown quarantined: %+v", i+1, st)
 		}
 	}
 }

@@ -287,8 +287,11 @@ func (s *Server) Restart() error {
 }
 
 // Stop terminates the server for good (SIGCONT and SIGTERM, then SIGKILL
-// after a short grace period), waits for it, releases the port and removes
-// the temporary directory. It is safe to call more than once.
+// after a short grace period), waits for it and removes the temporary
+// directory. It is safe to call more than once. The port stays reserved for
+// the rest of the process (retired): a client of a finished test may still be
+// dialing it (a lock it holds keeps it alive until the lock ends), and a later
+// test's server on that port would take its calls, with the same key prefix.
 func (s *Server) Stop() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -303,7 +306,6 @@ func (s *Server) Stop() error {
 			errs = append(errs, err)
 		}
 	}
-	releasePort(s.port)
 	if err := os.RemoveAll(s.dir); err != nil {
 		errs = append(errs, err)
 	}
@@ -531,8 +533,9 @@ func tail(path string, from int64) string {
 	return string(b)
 }
 
-// Ports handed out to live Servers of this process, so parallel starts never
-// pick the same port twice and a killed server keeps its port.
+// Ports handed out to Servers of this process, live or stopped, so parallel
+// starts never pick the same port twice, a killed server keeps its port, and a
+// stopped server's port is never handed out again (Stop).
 var (
 	portsMu sync.Mutex
 	ports   = map[int]bool{}

@@ -330,6 +330,14 @@ func TestStop(t *testing.T) {
 		if err := s.Restart(); err == nil {
 			t.Error("Restart after Stop succeeded")
 		}
+		// Retired, not released: a finished test's client may still dial it, and must
+		// not reach a later test's server there.
+		portsMu.Lock()
+		retired := ports[s.port]
+		portsMu.Unlock()
+		if !retired {
+			t.Errorf("port %d of a stopped server can be handed out again", s.port)
+		}
 	}
 }
 
