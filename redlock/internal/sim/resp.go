@@ -107,7 +107,9 @@ func parseRequest(b []byte) ([]string, int, error) {
 	if err != nil {
 		return nil, 0, err
 	}
-	args := make([]string, 0, n)
+	// The arguments' bounds first, then one string of the whole request that they all
+	// slice: one allocation per request, not one per argument.
+	bounds := make([][2]int, 0, n)
 	for range n {
 		if pos >= len(b) {
 			return nil, 0, errIncomplete
@@ -122,8 +124,13 @@ func parseRequest(b []byte) ([]string, int, error) {
 		if p+l+2 > len(b) {
 			return nil, 0, errIncomplete
 		}
-		args = append(args, string(b[p:p+l]))
+		bounds = append(bounds, [2]int{p, p + l})
 		pos = p + l + 2
+	}
+	whole := string(b[:pos])
+	args := make([]string, n)
+	for i, bd := range bounds {
+		args[i] = whole[bd[0]:bd[1]]
 	}
 	return args, pos, nil
 }
