@@ -88,7 +88,7 @@ func TestWarnings(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.Close()
+	defer closeForGood(c)
 	w := strings.Join(c.Status().Warnings, "\n")
 	if !strings.Contains(w, "more than once") || !strings.Contains(w, "even count") {
 		t.Fatalf("warnings = %q", w)

@@ -27,7 +27,7 @@ func misconfigured(t *testing.T, urls []string, opt Options, acquire AcquireOpti
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
-	defer c.Close()
+	defer closeForGood(c)
 	acquire.Wait = 5 * time.Second
 	start := time.Now()
 	_, err = c.Acquire(context.Background(), "k", acquire)
@@ -149,7 +149,7 @@ func TestACLProbe(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			defer c.Close()
+			defer closeForGood(c)
 			defer func() {
 				if t.Failed() {
 					t.Logf("nodes: %+v", c.Status().Nodes)
@@ -185,7 +185,7 @@ func TestACLProbeRecovers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.Close()
+	defer closeForGood(c)
 	if !eventually(3*time.Second, func() bool { return logs.FilterMessage("redis node unusable").Len() == 1 }) {
 		t.Fatal("timed out waiting for: probe fails")
 	}

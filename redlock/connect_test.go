@@ -26,12 +26,12 @@ func exerciseFeatures(t *testing.T, urls []string, opt Options) {
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
-	t.Cleanup(func() { _ = a.Close() })
+	t.Cleanup(func() { closeForGood(a) })
 	b, err := New(urls, opt)
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
-	t.Cleanup(func() { _ = b.Close() })
+	t.Cleanup(func() { closeForGood(b) })
 	waitUsable(t, a)
 	waitUsable(t, b)
 	ctx := context.Background()
@@ -235,7 +235,7 @@ func TestUnixSocketNodes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer a.Close()
+	defer closeForGood(a)
 	if addr := a.Status().Nodes[0].Address; addr != urls[0] {
 		t.Errorf("address = %q, want %q", addr, urls[0])
 	}
@@ -321,7 +321,7 @@ func TestDocsACLUser(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.Close()
+	defer closeForGood(c)
 	for i := range 3 {
 		l, err := c.Acquire(context.Background(), "after-flush", AcquireOptions{Fencing: true})
 		if err != nil {

@@ -49,7 +49,7 @@ func fipsChild(t *testing.T, urls []string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.Close()
+	defer closeForGood(c)
 	waitUsable(t, c)
 	ctx := context.Background()
 	var places []*Lock
@@ -104,7 +104,7 @@ func flushScripts(t *testing.T, url string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.Close()
+	defer closeForGood(c)
 	tr := c.nodes[0].tr
 	ctx := context.Background()
 	if err := tr.Do(ctx, "script", "flush").Err(); err != nil {

@@ -50,7 +50,7 @@ func lateForceDelete(t *testing.T, held string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = forcer.Close() })
+	t.Cleanup(func() { closeForGood(forcer) })
 	b := newTestClient(t, servers, opt)
 	for _, c := range []*Client{forcer, b} {
 		waitVoting(t, c)
