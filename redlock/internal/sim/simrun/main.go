@@ -37,7 +37,7 @@ func main() {
 // (docs/simulation.md, Speed). Only here: go test -race of the package, whose other tests
 // do not collect between runs, would hold gigabytes. The memory those collections free
 // goes back to the kernel lazily (MADV_FREE, madvdontneed=0), so the next schedule reuses
-// it without a page fault per page: a quarter of the faults, and of the system time,
+// it without a page fault per page: a quarter of the faults, under half the system time,
 // unless GODEBUG says otherwise.
 func collectorEnv() []string {
 	var env []string
