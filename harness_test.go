@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -50,25 +51,35 @@ var (
 	buildErr   error
 )
 
+// caddyBinary is cmd/caddy, built once per test binary; with -short the test is skipped:
+// a build of cmd/caddy (15-20 s on a loaded two-core box) and a process per instance
+// belong in make test. The request matrix's one short cell calls buildCaddy instead.
 func caddyBinary(t testing.TB) string {
 	t.Helper()
 	if testing.Short() {
-		// A build of cmd/caddy (15-20 s on a loaded two-core box) and a process per
-		// instance: make test runs these, the inner loop does not.
 		t.Skip("runs cmd/caddy processes: skipped with -short (make test runs it)")
 	}
-	buildOnce.Do(func() {
-		builtCaddy = filepath.Join(buildDir, "caddy")
-		build := exec.Command("go", "build", "-o", builtCaddy, "./cmd/caddy")
-		out, err := build.CombinedOutput()
-		if err != nil {
-			buildErr = fmt.Errorf("building cmd/caddy: %v\n%s", err, out)
-		}
-	})
+	return buildCaddy(t)
+}
+
+// buildCaddy builds cmd/caddy once per test binary and returns its path.
+func buildCaddy(t testing.TB) string {
+	t.Helper()
+	buildOnce.Do(build)
 	if buildErr != nil {
 		t.Fatal(buildErr)
 	}
 	return builtCaddy
+}
+
+// build runs the build of cmd/caddy (under buildOnce).
+func build() {
+	builtCaddy = filepath.Join(buildDir, "caddy")
+	cmd := exec.Command("go", "build", "-o", builtCaddy, "./cmd/caddy")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		buildErr = fmt.Errorf("building cmd/caddy: %v\n%s", err, out)
+	}
 }
 
 func TestMain(m *testing.M) {
@@ -87,7 +98,20 @@ func runTests(m *testing.M) int {
 	os.Setenv("XDG_DATA_HOME", filepath.Join(tmp, "data"))
 
 	buildDir = tmp
+	flag.Parse()
+	built := make(chan struct{})
+	if testing.Short() && flag.Lookup("test.run").Value.String() == "" {
+		// The whole package in the inner loop: build cmd/caddy for the request matrix's
+		// short cell while the other tests run, not on the loop's clock.
+		go func() {
+			defer close(built)
+			buildOnce.Do(build)
+		}()
+	} else {
+		close(built)
+	}
 	code := m.Run()
+	<-built
 	if code == 0 {
 		if leaked := leakedGoroutines(5 * time.Second); leaked != "" {
 			fmt.Fprintf(os.Stderr, "goroutines of this module still running after all tests:\n%s\n", leaked)
